@@ -1,0 +1,99 @@
+"""Kill/resume mechanics of the hidden-state cache (dflash_nb.extract), with real SIGKILLs of a child process.
+
+Each scenario kills an extraction at a chosen point of its write protocol (or at a random moment), then resumes it
+in this process and requires the result to be byte-identical to an uninterrupted extraction.
+"""
+import os, signal, subprocess, sys, textwrap, time
+import pytest, torch
+from dflash_nb.extract import HiddenStateCache, extract_to_cache, read_manifest
+from dflash_nb.target import tiny_target
+
+TAPS, SPS, BS, N = [1, 3, 5], 2, 2, 9
+
+CHILD = textwrap.dedent("""
+    import os, signal, sys, time, torch
+    torch.set_num_threads(1)
+    sys.path.insert(0, {tests!r})
+    from test_cache_faults import samples, TAPS, SPS, BS
+    from dflash_nb.extract import extract_to_cache
+    from dflash_nb.target import tiny_target
+    out, where, at, slow = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    real, calls = os.replace, [0]
+    def replace(src, dst):  # os.replace call 2k+1 installs shard k, call 2k+2 the manifest after it
+        calls[0] += 1
+        if where == "before_replace" and calls[0] == at: os.kill(os.getpid(), signal.SIGKILL)
+        real(src, dst)
+        if where == "after_replace" and calls[0] == at: os.kill(os.getpid(), signal.SIGKILL)
+    os.replace = replace
+    def slowly(items):
+        for s in items: time.sleep(slow); yield s
+    print("ready", flush=True)
+    extract_to_cache(tiny_target("qwen3", seed=3), slowly(samples()), out, TAPS, samples_per_shard=SPS, batch_size=BS)
+""")
+
+
+def samples():
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for i in range(N):
+        T = int(torch.randint(5, 30, (1,), generator=g))
+        out.append({"input_ids": torch.randint(0, 256, (T,), generator=g), "loss_mask": (torch.arange(T) >= 3).long()})
+    return out
+
+
+def extract(out):
+    torch.set_num_threads(1)
+    return extract_to_cache(tiny_target("qwen3", seed=3), samples(), out, TAPS, samples_per_shard=SPS, batch_size=BS)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    return extract(tmp_path_factory.mktemp("ref") / "cache")
+
+
+def child(out, where="", at=0, slow=0.0):
+    code = CHILD.format(tests=os.path.dirname(__file__))
+    return subprocess.Popen([sys.executable, "-c", code, str(out), where, str(at), str(slow)], stdout=subprocess.PIPE, text=True)
+
+
+def assert_same_cache(a, b):
+    ma, mb = read_manifest(a), read_manifest(b)
+    assert ma["complete"] and mb["complete"]
+    assert [(e["file"], e["sha256"], e["lengths"]) for e in ma["shards"]] == [(e["file"], e["sha256"], e["lengths"]) for e in mb["shards"]]
+    assert sorted(os.listdir(a)) == sorted(os.listdir(b))
+    ca, cb = HiddenStateCache(a, checksum=True), HiddenStateCache(b, checksum=True)
+    for i in range(len(ca)):
+        for k in ("input_ids", "loss_mask", "taps", "final"): assert torch.equal(ca[i][k], cb[i][k])
+
+
+@pytest.mark.parametrize("where,at", [("before_replace", 1), ("before_replace", 3), ("after_replace", 3),
+                                      ("before_replace", 4), ("after_replace", 6)])
+def test_sigkill_in_write_protocol_then_resume(tmp_path, reference, where, at):
+    out = tmp_path / "cache"
+    p = child(out, where, at); p.wait(timeout=120)
+    assert p.returncode == -signal.SIGKILL
+    done = read_manifest(out)["shards"] if (out / "manifest.json").exists() else []
+    assert len(done) == (at - 1) // 2 + (where == "after_replace" and at % 2 == 0)
+    assert not (out / "manifest.json").exists() or not read_manifest(out)["complete"]
+    if where == "before_replace": assert any(f.endswith(".tmp") for f in os.listdir(out))
+    extract(out)
+    assert_same_cache(out, reference)
+
+
+def test_sigkill_at_random_moments_then_resume(tmp_path, reference):
+    out = tmp_path / "cache"
+    for delay in (0.4, 0.9, 1.3):
+        p = child(out, slow=0.15)
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(delay); p.send_signal(signal.SIGKILL); p.wait(timeout=60)
+    extract(out)
+    assert_same_cache(out, reference)
+
+
+def test_damaged_shard_is_remade_on_resume(tmp_path, reference):
+    out = extract(tmp_path / "cache")
+    f = out / "shard-00002.safetensors"
+    f.write_bytes(f.read_bytes()[:-7])
+    with pytest.raises(ValueError, match="shard-00002.safetensors has .* Delete it and re-run"): HiddenStateCache(out)
+    extract(out)
+    assert_same_cache(out, reference)
