@@ -11,7 +11,8 @@ Stage outputs are reused when the script is rerun with the same --work directory
 import argparse, json, time
 from pathlib import Path
 import torch
-from dflash_nb.demo import DemoConfig, stage_responses, stage_cache, stage_train
+from dflash_nb.demo import DemoConfig, stage_cache, stage_train
+from dflash_nb.extract import cached_responses
 from dflash_nb.config import default_target_layer_ids
 from dflash_nb.model import DFlashDraftModel, read_drafter_tensors
 from dflash_nb.train import TrainConfig, train, read_metrics
@@ -42,8 +43,8 @@ def main():
     cfg = DemoConfig(n_train_prompts=a.prompts, n_eval_prompts=12, max_new_tokens=96, steps=a.steps)
     target = load_toy_target()
     taps = default_target_layer_ids(target.num_layers, cfg.num_taps)
-    tr = stage_responses(target, load_prompts("train")[:cfg.n_train_prompts], work / "responses-train.jsonl", cfg.max_new_tokens)
-    ev = stage_responses(target, load_prompts("eval")[:cfg.n_eval_prompts], work / "responses-eval.jsonl", cfg.max_new_tokens)
+    tr = cached_responses(target, load_prompts("train")[:cfg.n_train_prompts], work / "responses-train.jsonl", cfg.max_new_tokens, 8)
+    ev = cached_responses(target, load_prompts("eval")[:cfg.n_eval_prompts], work / "responses-eval.jsonl", cfg.max_new_tokens, 8)
     tr_c, ev_c = stage_cache(target, tr, work / "cache-train", taps), stage_cache(target, ev, work / "cache-eval", taps)
 
     rows = []
