@@ -8,9 +8,9 @@ import argparse, subprocess, sys, time
 from pathlib import Path
 
 HERE = Path(__file__).parent
-BENCHES = {"model": [], "extract": [], "train": [], "decode": []}
+BENCHES = {"model": [], "extract": [], "train": [], "decode": [], "retrofit": []}
 QUICK = {"model": ["--anchors", "256", "--seq", "384"], "extract": ["--tokens", "10000", "--repeats", "1"],
-         "train": ["--steps", "40", "--prompts", "32"], "decode": ["--prompts", "6", "--train-steps", "100"]}
+         "train": ["--steps", "40", "--prompts", "32"], "decode": ["--prompts", "6", "--train-steps", "100"], "retrofit": ["--steps", "30"]}
 
 
 def table_rows(text: str) -> list[list[str]]:
