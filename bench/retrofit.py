@@ -39,8 +39,9 @@ def main():
     rows = [("split drafter (shipped, 400 steps)", tau(split)), ("fused drafter (shipped, 400 steps)", tau(load(shipped / "fused"))),
             ("retrofit of split -> fused, step 0", tau(load(work / "retrofit-step0"))),
             (f"retrofit after {a.steps} fine-tuning steps", tau(load(tuned)))]
-    w = max(len(r[0]) for r in rows)
-    print(f"{'drafter (offline chain tau, 24 eval prompts)':<{w}} | tau\n{'-' * w}-|------")
+    head = "drafter (offline chain tau, 24 eval prompts)"
+    w = max(len(head), *(len(r[0]) for r in rows))
+    print(f"{head:<{w}} | tau\n{'-' * w}-|------")
     for k, v in rows: print(f"{k:<{w}} | {v:.3f}")
 
 
