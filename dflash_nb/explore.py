@@ -8,7 +8,6 @@ Docs: https://dflash-nb.github.io/dflash_nb/explore_taps.html.md"""
 from __future__ import annotations
 import time
 import torch
-from .model import DFlashDraftModel
 from .extract import HiddenStateCache
 from .eval import offline_tau, plot_acceptance
 from .diagnostics import fc_report, plot_fc_report
