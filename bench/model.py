@@ -49,7 +49,7 @@ def main():
             one = best_of(lambda: m(ids, taps, anchors, impl), a.repeats)
             err = (m(ids, taps, anchors, impl) - ref).abs().max().item()
             rows += [(f"training path, one call, impl={impl}", f"{one*1e3:.0f} ms"),
-                     (f"  speedup vs loop / max abs logit diff", f"{loop/one:.1f}x / {err:.1e}")]
+                     ("  speedup vs loop / max abs logit diff", f"{loop/one:.1f}x / {err:.1e}")]
     w = max(len(r[0]) for r in rows)
     print(f"{'metric':<{w}} | value\n{'-'*w}-|------")
     for k, v in rows: print(f"{k:<{w}} | {v}")

@@ -2,13 +2,13 @@
 
 - a fused and a split drafter trained with the same data, budget and seed: estimated tau (from training metrics)
   and measured offline tau side by side;
-- training tokens/s on CPU for 1 and 2 processes (torchrun, gloo);
+- training tokens/s on CPU for 1 and 2 processes (torchrun, gloo), DDP and FSDP, and online (target in-process) vs cache;
 - a run killed mid-way and resumed vs an uninterrupted one: identical losses and weights.
 
     python bench/train.py [--work bench/out/train] [--steps 200] [--prompts 96]
 Stage outputs are reused when the script is rerun with the same --work directory.
 """
-import argparse, json, time
+import argparse, json, re, shutil, time
 from pathlib import Path
 import torch
 from dflash_nb.demo import DemoConfig, stage_cache, stage_train
@@ -55,15 +55,26 @@ def main():
         rows += [(f"{f}: tau estimated in training (last 5 logs, train data)", f"{sum(r['tau_est'] for r in est) / len(est):.3f}"),
                  (f"{f}: tau measured offline (eval prompts), chain / DDTree-8", f"{meas.tau:.3f} / {meas.tau_tree[8]:.3f}")]
 
+    for d in [*work.glob("speed-*"), *work.glob("kr-*")]: shutil.rmtree(d)   # timed runs start fresh, never resume
     speed = dict(drafter=cfg.drafter, steps=a.speed_steps, num_anchors=cfg.num_anchors, batch_size=cfg.batch_size,
                  log_every=1, save_every=a.speed_steps, progress=False, device="cpu", cache=str(work / "cache-train"),
                  target=str(toy_target_path()))
     t1 = TrainConfig(**speed, out_dir=str(work / "speed-1")); t0 = time.perf_counter(); train(t1, target=target, data=tr_c); w1 = time.perf_counter() - t0
     run = launch(TrainConfig(**speed, out_dir=str(work / "speed-2")), nproc=2); t0 = time.perf_counter(); run.wait(); w2 = time.perf_counter() - t0
-    s1, s2 = tokens_per_s(work / "speed-1"), tokens_per_s(work / "speed-2")
-    rows += [("training tokens/s, 1 process (CPU)", f"{s1:.0f}"), ("training tokens/s, 2 processes (CPU, gloo; both ranks)", f"{s2:.0f}"),
+    fsdp = launch(TrainConfig(**(speed | dict(progress=True)), out_dir=str(work / "speed-2-fsdp"), parallel="fsdp"), nproc=2); fsdp.wait()
+    held = re.search(r"([\d.]+)M trainable parameters, fsdp over 2 ranks, ([\d.]+)M on this rank", "\n".join(fsdp.lines())).groups()
+    prompts, online = work / "prompts-train.jsonl", work / "speed-online"
+    prompts.write_text("".join(json.dumps(p) + "\n" for p in load_prompts("train")[:cfg.n_train_prompts]))
+    online.mkdir(exist_ok=True); shutil.copy(work / "responses-train.jsonl", online / "responses.jsonl")   # same responses, not regenerated
+    on = dict(speed, cache="", prompts=str(prompts), max_new_tokens=cfg.max_new_tokens, drafter=cfg.drafter | {"target_layer_ids": taps})
+    train(TrainConfig(**on, out_dir=str(online)), target=target)
+    s1, s2, s2f, so = (tokens_per_s(work / d) for d in ("speed-1", "speed-2", "speed-2-fsdp", "speed-online"))
+    rows += [("training tokens/s, 1 process (CPU)", f"{s1:.0f}"), ("training tokens/s, 2 processes DDP (CPU, gloo; both ranks)", f"{s2:.0f}"),
              ("  ratio 2 procs / 1 proc (2 cores)", f"{s2 / s1:.2f}"),
-             ("  wall time 1 proc / 2 procs (2 procs incl. process start)", f"{w1:.1f} s / {w2:.1f} s")]
+             ("  wall time 1 proc / 2 procs (2 procs incl. process start)", f"{w1:.1f} s / {w2:.1f} s"),
+             ("training tokens/s, 2 processes FSDP (CPU, gloo; both ranks)", f"{s2f:.0f} ({s2f / s2:.2f} x DDP)"),
+             ("  trainable parameters held by rank 0 under FSDP", f"{held[1]} M of {held[0]} M"),
+             ("training tokens/s, 1 process online (target forward per sample)", f"{so:.0f} ({so / s1:.2f} x cache)")]
 
     kr = dict(speed, steps=16, save_every=4)
     whole = train(TrainConfig(**kr, out_dir=str(work / "kr-whole")), target=target, data=tr_c)
