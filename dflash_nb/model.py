@@ -17,7 +17,7 @@ from .config import DFlashConfig, read_hub_config, fc_tap_ids
 
 # %% auto #0
 __all__ = ['ATTN_IMPLS', 'SHARED_PREFIXES', 'RMSNorm', 'rope_cos_sin', 'apply_rope', 'SwiGLU', 'dflash_mask_mod', 'dense_mask',
-           'make_attend', 'DFlashAttention', 'DFlashDecoderLayer', 'DFlashDraftModel', 'ContextCache',
+           'make_attend', 'DFlashAttention', 'FusedContext', 'DFlashDecoderLayer', 'DFlashDraftModel', 'ContextCache',
            'per_anchor_logits', 'drafter_state_dict', 'read_drafter_tensors', 'infer_fusion', 'param_counts']
 
 # %% ../nbs/01_model.ipynb #deb5023f
@@ -139,6 +139,13 @@ class DFlashAttention(nn.Module):
         return self.o_proj(o.transpose(1, 2).reshape(*x.shape[:2], -1))
 
 # %% ../nbs/01_model.ipynb #6e92479f
+@dataclass
+class FusedContext:
+    "The fused context [N, T, H] and its RoPE (cos, sin), from which each layer projects its own K/V."
+    h: torch.Tensor
+    cos: torch.Tensor
+    sin: torch.Tensor
+
 class DFlashDecoderLayer(nn.Module):
     "Pre-norm attention (with injected context) + SwiGLU MLP."
     def __init__(self, c: DFlashConfig, layer_type: str):
@@ -146,8 +153,10 @@ class DFlashDecoderLayer(nn.Module):
         self.layer_type = layer_type
         self.input_layernorm, self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps), RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.self_attn, self.mlp = DFlashAttention(c), SwiGLU(c.hidden_size, c.intermediate_size)
-    def forward(self, x, ctx_kv, cos, sin, attend):
-        x = x + self.self_attn(self.input_layernorm(x), ctx_kv, cos, sin, attend)
+    def forward(self, x, ctx, cos, sin, attend):
+        "`ctx`: this layer's context (keys, values), or a `FusedContext` to project them from."
+        kv = self.self_attn.project_kv(ctx.h, ctx.cos, ctx.sin) if isinstance(ctx, FusedContext) else ctx
+        x = x + self.self_attn(self.input_layernorm(x), kv, cos, sin, attend)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 # %% ../nbs/01_model.ipynb #8e11f987
@@ -199,14 +208,20 @@ class ContextCache:
     length: int = 0
 
 @patch
+def fused_context(self: DFlashDraftModel, taps: torch.Tensor, start: int = 0) -> FusedContext:
+    "The fused context of fc taps [N, T, n_fc*H] at positions `start`.., with its RoPE."
+    h = self.fuse_context(taps)
+    pos = torch.arange(start, start + h.shape[1], device=h.device).expand(h.shape[0], -1)
+    return FusedContext(h, *rope_cos_sin(pos, self.config.head_dim, self.config.rope_theta))
+
+@patch
 def extend_context(self: DFlashDraftModel, taps: torch.Tensor, cache: ContextCache | None = None) -> ContextCache:
     "A cache holding `cache`'s context followed by fc taps [N, T, n_fc*H] at the next positions."
-    ctx, start = self.fuse_context(taps), cache.length if cache else 0
-    pos = torch.arange(start, start + ctx.shape[1], device=ctx.device).expand(ctx.shape[0], -1)
-    cos, sin = rope_cos_sin(pos, self.config.head_dim, self.config.rope_theta)
-    kv = [l.self_attn.project_kv(ctx, cos, sin) for l in self.layers]
+    start = cache.length if cache else 0
+    f = self.fused_context(taps, start)
+    kv = [l.self_attn.project_kv(f.h, f.cos, f.sin) for l in self.layers]
     if cache: kv = [(torch.cat([k0, k], 2), torch.cat([v0, v], 2)) for (k0, v0), (k, v) in zip(cache.kv, kv)]
-    return ContextCache(kv, start + ctx.shape[1])
+    return ContextCache(kv, start + f.h.shape[1])
 
 # %% ../nbs/01_model.ipynb #97db7b85
 @patch
@@ -218,7 +233,7 @@ def block_ids(self: DFlashDraftModel, anchor_tokens: torch.Tensor) -> torch.Tens
     return out
 
 @patch
-def _run_layers(self: DFlashDraftModel, x, ctx_kv, pos, anchors, ctx_len: int, impl: str):
+def _run_layers(self: DFlashDraftModel, x, ctx: list, pos, anchors, ctx_len: int, impl: str):
     c = self.config
     if pos.numel() and int(pos.max()) >= c.max_position_embeddings:
         raise ValueError(f"Block positions reach {int(pos.max())}, beyond max_position_embeddings={c.max_position_embeddings}: "
@@ -228,7 +243,7 @@ def _run_layers(self: DFlashDraftModel, x, ctx_kv, pos, anchors, ctx_len: int, i
     window = {"full_attention": None, "sliding_attention": c.sliding_window}
     attends = {t: make_attend(dflash_mask_mod(anchors, ctx_len, c.block_size, window[t]), n, q_len, ctx_len + q_len, c.block_size, impl, x.device)
                for t in set(c.layer_types)}
-    for layer, kv in zip(self.layers, ctx_kv): x = layer(x, kv, cos, sin, attends[layer.layer_type])
+    for layer, layer_ctx in zip(self.layers, ctx): x = layer(x, layer_ctx, cos, sin, attends[layer.layer_type])
     return self.norm(x)
 
 # %% ../nbs/01_model.ipynb #302f97d9
@@ -249,10 +264,10 @@ def train_hidden(self: DFlashDraftModel, input_ids: torch.Tensor, taps: torch.Te
     if anchors.numel() and not (0 <= int(anchors.min()) and int(anchors.max()) < T):
         raise ValueError(f"anchors must lie in 0..{T-1} (the sequence length is {T}); got {anchors.min().item()}..{anchors.max().item()}.")
     A, B = anchors.shape[1], self.config.block_size
-    cache = self.extend_context(taps)
+    ctx = [self.fused_context(taps)] * len(self.layers)   # each layer projects its K/V inside its own forward
     x = self.embed_tokens(self.block_ids(input_ids.gather(1, anchors))).view(N, A * B, -1)
     pos = (anchors[..., None] + torch.arange(B, device=anchors.device)).view(N, A * B)
-    return self._run_layers(x.to(self.fc.weight.dtype), cache.kv, pos, anchors, T, impl).view(N, A, B, -1)
+    return self._run_layers(x.to(self.fc.weight.dtype), ctx, pos, anchors, T, impl).view(N, A, B, -1)
 
 @patch
 def forward(self: DFlashDraftModel, input_ids, taps, anchors, impl: str = "auto"):

@@ -302,6 +302,7 @@ def parallelize(model: DFlashDraftModel, mode: str, world: int) -> nn.Module:
     if world == 1: return model
     if mode == "ddp": return nn.parallel.DistributedDataParallel(model)
     from torch.distributed.fsdp import fully_shard
+    for layer in model.layers: fully_shard(layer)
     return fully_shard(model, ignored_params={model.embed_tokens.weight, model.lm_head.weight})
 
 # %% ../nbs/04_train.ipynb #b3ccec23
