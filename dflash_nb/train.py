@@ -24,7 +24,7 @@ from .extract import (HiddenStateCache, OnlineHiddenStates, select_taps, check_c
                                read_prompt_file, cached_responses)
 
 # %% auto #0
-__all__ = ['LOSSES', 'SOURCES', 'SCHEDULES', 'PARALLELS', 'WHOLE_ON_RANK0', 'RESUME_FREE', 'DRAFTER_KEYS', 'TrainConfig',
+__all__ = ['LOSSES', 'SOURCES', 'SCHEDULES', 'PARALLELS', 'KINDS', 'WHOLE_ON_RANK0', 'RESUME_FREE', 'DRAFTER_KEYS', 'TrainConfig',
            'length_grouped_batches', 'valid_anchors', 'sample_anchors', 'Batch', 'make_batch', 'slot_positions',
            'target_logits', 'position_weights', 'prefix_correct', 'dflash_loss', 'acceptance_counts',
            'acceptance_metrics', 'noise_level', 'noisy_fc_input', 'lr_at', 'save_checkpoint', 'latest_checkpoint',
@@ -80,9 +80,19 @@ class TrainConfig:
 def _choice(name, value, options):
     if value not in options: raise ValueError(f"{name}={value!r} is not one of {options}.")
 
+KINDS = {"int": (int, "an integer"), "float": ((int, float), "a finite number"), "str": (str, "a string"),
+         "bool": (bool, "true or false"), "dict": (dict, "a mapping")}
+
+def _check_kind(name, value, kind: str):
+    "A ValueError unless `value` is of the field's annotated `kind` (a YAML typo like `lr: 1e-3x` lands here)."
+    types, what = KINDS[kind]
+    if not isinstance(value, types) or (kind != "bool" and isinstance(value, bool)) or (kind == "float" and not math.isfinite(value)):
+        raise ValueError(f"{name}={value!r} must be {what}.")
+
 @patch
 def validate(self: TrainConfig) -> TrainConfig:
     "Raise on inconsistent settings, naming the field and the fix."
+    for f in fields(self): _check_kind(f.name, getattr(self, f.name), f.type)
     _choice("loss", self.loss, LOSSES); _choice("target_source", self.target_source, SOURCES)
     _choice("noise_schedule", self.noise_schedule, SCHEDULES); _choice("parallel", self.parallel, PARALLELS)
     if self.cache and self.prompts: raise ValueError("Give either cache (offline) or prompts (online mode), not both.")
