@@ -54,7 +54,7 @@ def plot_layer_norms(norms: dict, taps=(), ax=None):
 # %% ../nbs/08_diagnostics.ipynb #9d080a0f
 def fc_blocks(model: DFlashDraftModel) -> dict:
     "{tap id: the [H, H] column block of fc.weight that reads it}."
-    W, H = model.fc.weight.detach().float(), model.config.hidden_size
+    W, H = model.fc.weight.detach().float().cpu(), model.config.hidden_size   # inspected on the CPU, beside the cache
     return {t: W[:, i * H:(i + 1) * H] for i, t in enumerate(model.config.fc_layer_ids)}
 
 @torch.no_grad()

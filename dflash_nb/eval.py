@@ -76,11 +76,12 @@ def accept_tree(budget: int):
 @torch.no_grad()
 def replay(model: DFlashDraftModel, input_ids: torch.Tensor, taps: torch.Tensor, start: int, accept=accept_chain) -> list[tuple[int, int]]:
     "Rounds of greedy speculative decoding along `input_ids` from anchor `start`: (accepted drafts, slots checkable)."
-    B, T, rounds = model.config.block_size, len(input_ids), []
+    B, T, rounds, dev = model.config.block_size, len(input_ids), [], model.device
+    taps = taps.to(dev)   # the drafter runs where it lives; acceptance is counted on the CPU
     p, cache = start, model.extend_context(taps[None, :start])
     while p < T - 1:
         truth = input_ids[p + 1:p + B]
-        n = accept(model.draft_logits(input_ids[p:p + 1], cache)[0, 1:].float(), truth)
+        n = accept(model.draft_logits(input_ids[p:p + 1].to(dev), cache)[0, 1:].float().cpu(), truth)
         rounds.append((n, len(truth)))
         cache = model.extend_context(taps[None, p:p + n + 1], cache)
         p += n + 1

@@ -191,6 +191,11 @@ class DFlashDraftModel(nn.Module):
         return self.attach_shared(target_model.get_input_embeddings(), target_model.get_output_embeddings())
 
 # %% ../nbs/01_model.ipynb #b8f95253
+@patch(as_prop=True)
+def device(self: DFlashDraftModel) -> torch.device:
+    "Where the drafter's own weights live (the borrowed embeddings and lm_head live with the target)."
+    return self.fc.weight.device
+
 @patch
 def fuse_context(self: DFlashDraftModel, taps: torch.Tensor) -> torch.Tensor:
     "`hidden_norm(fc(taps))` for taps [..., T, n_fc_taps*H] concatenated in ascending tap order."

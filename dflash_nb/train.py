@@ -172,7 +172,7 @@ def make_batch(data, ids: list, dc: DFlashConfig, source: str, num_anchors: int,
 def slot_positions(b: Batch, block_size: int):
     "Positions [N, A, B-1] that slots 1..B-1 predict (clamped into the sequence) and whether each is supervised."
     N, T = b.input_ids.shape
-    pos = b.anchors[..., None] + torch.arange(1, block_size)
+    pos = b.anchors[..., None] + torch.arange(1, block_size, device=b.anchors.device)
     clamped = pos.clamp(max=T - 1)
     supervised = b.loss_mask.gather(1, clamped.view(N, -1)).view_as(pos).bool()
     return clamped, (pos < T) & supervised & b.anchor_ok[..., None]
