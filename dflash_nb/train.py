@@ -312,8 +312,10 @@ def parallelize(model: DFlashDraftModel, mode: str, world: int) -> nn.Module:
     if world == 1: return model
     if mode == "ddp": return nn.parallel.DistributedDataParallel(model)
     from torch.distributed.fsdp import fully_shard
-    for layer in model.layers: fully_shard(layer)
-    return fully_shard(model, ignored_params={model.embed_tokens.weight, model.lm_head.weight})
+    from torch.distributed.device_mesh import init_device_mesh
+    mesh = init_device_mesh(model.device.type, (world,))   # where the drafter lives (a CPU run on a GPU machine stays on CPU)
+    for layer in model.layers: fully_shard(layer, mesh=mesh)
+    return fully_shard(model, mesh=mesh, ignored_params={model.embed_tokens.weight, model.lm_head.weight})
 
 # %% ../nbs/04_train.ipynb #b3ccec23
 def trainable_names(model: nn.Module) -> list[str]:
