@@ -32,7 +32,9 @@ def open_with(manifest_text: str):
 def test_damaged_manifest_fields_give_documented_errors(edits):
     m = json.loads(json.dumps(GOOD))
     for in_shard, k, sk, delete, value in edits:
-        target, key = (m["shards"][0], sk) if in_shard and isinstance(m.get("shards"), list) and m["shards"] else (m, k)
+        shards = m.get("shards")
+        in_shard = in_shard and isinstance(shards, list) and shards and isinstance(shards[0], dict)   # an earlier edit may have replaced them
+        target, key = (shards[0], sk) if in_shard else (m, k)
         if delete: target.pop(key, None)
         else: target[key] = value
     open_with(json.dumps(m))
