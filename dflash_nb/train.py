@@ -535,7 +535,7 @@ def describe_run(model: DFlashDraftModel, data, cfg: TrainConfig, world: int, st
     n, here = (sum(f(p).numel() for p in model.parameters() if p.requires_grad) for f in (lambda p: p, local))
     how = "one process" if world == 1 else f"{cfg.parallel} over {world} ranks"
     return (f"dflash-train: {n / 1e6:.2f}M trainable parameters, {how}, {here / 1e6:.2f}M on this rank; "
-            f"{len(data)} samples from {data.path}; {'resuming at step ' + str(start) if start else 'from step 0'}")
+            f"{len(data)} samples from {getattr(data, 'path', type(data).__name__)}; {'resuming at step ' + str(start) if start else 'from step 0'}")
 
 def train(cfg: TrainConfig, target=None, data=None, stop_after: int | None = None) -> Path:
     "Train a drafter per `cfg`; `target`/`data` override `cfg.target` and `cfg.cache`/`cfg.prompts`; `stop_after` simulates a kill."
