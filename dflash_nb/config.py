@@ -6,14 +6,17 @@ Docs: https://dflash-nb.github.io/dflash_nb/config.html.md"""
 
 # %% ../nbs/00_config.ipynb #409a54c5
 from __future__ import annotations
-import json
-from dataclasses import dataclass, asdict, fields
+import json, warnings
+from dataclasses import dataclass, asdict, fields, replace
 from pathlib import Path
 from fastcore.basics import patch
+from transformers import Qwen3Config
 
 # %% auto #0
-__all__ = ['TAP_CONVENTION', 'TAP_CONVENTIONS', 'FUSIONS', 'LAYER_TYPES', 'POSITIVE_DIMS', 'hidden_state_index',
-           'default_target_layer_ids', 'fc_tap_ids', 'DFlashConfig', 'read_hub_config']
+__all__ = ['TAP_CONVENTION', 'TAP_CONVENTIONS', 'FUSIONS', 'LAYER_TYPES', 'DEFAULT_ROPE_THETA', 'POSITIVE_DIMS', 'ROPE_TYPES',
+           'ATTENTION_MODES', 'HONOURED', 'DFLASH_HONOURED', 'CHECKED', 'DFLASH_CHECKED', 'IGNORED', 'REFUSED',
+           'hidden_state_index', 'default_target_layer_ids', 'fc_tap_ids', 'DFlashConfig', 'LayerAttention',
+           'check_hub_fields', 'read_hub_config', 'hub_field_table']
 
 # %% ../nbs/00_config.ipynb #10ad5f17
 TAP_CONVENTION = "layer_output"  # tap id k = output of decoder layer k = HF hidden_states[k+1]
@@ -43,9 +46,11 @@ def fc_tap_ids(target_layer_ids: list[int], fusion: str) -> list[int]:
     return list(target_layer_ids) if fusion == "fused" else list(target_layer_ids[:-1])
 
 # %% ../nbs/00_config.ipynb #0b8bfe66
+DEFAULT_ROPE_THETA = float(Qwen3Config().rope_parameters["rope_theta"])   # transformers' qwen3 default (10000)
+
 @dataclass
 class DFlashConfig:
-    "A DFlash drafter: decoder dims, block, taps into the target, and the fusion layout."
+    "A DFlash drafter: decoder dims, block, taps into the target, attention and RoPE, and the fusion layout."
     hidden_size: int = 5120
     num_hidden_layers: int = 5
     num_attention_heads: int = 32
@@ -54,14 +59,16 @@ class DFlashConfig:
     intermediate_size: int = 17408
     vocab_size: int = 248320
     rms_norm_eps: float = 1e-6
-    rope_theta: float = 10_000_000.0
+    rope_theta: float = DEFAULT_ROPE_THETA
+    rope_parameters: dict | None = None
     max_position_embeddings: int = 262144
     block_size: int = 16
     num_target_layers: int = 64
-    mask_token_id: int = 248077
+    mask_token_id: int = 248070
     target_layer_ids: list[int] | None = None
     layer_types: list[str] | None = None
     sliding_window: int | None = None
+    block_causal: list[bool] | None = None
     fusion: str = "fused"
     tap_convention: str = TAP_CONVENTION
 
@@ -69,7 +76,9 @@ class DFlashConfig:
         _check_dims(self)
         if self.target_layer_ids is None: self.target_layer_ids = default_target_layer_ids(self.num_target_layers)
         if self.layer_types is None: self.layer_types = ["full_attention"] * self.num_hidden_layers
+        if self.block_causal is None: self.block_causal = [t == "sliding_attention" for t in self.layer_types]
         self.target_layer_ids, self.layer_types = list(self.target_layer_ids), list(self.layer_types)
+        self.block_causal = list(self.block_causal)
         self.validate()
 
 # %% ../nbs/00_config.ipynb #d043359b
@@ -106,17 +115,38 @@ def _check_dims(c: DFlashConfig):
 
 # %% ../nbs/00_config.ipynb #d2b7cb65
 def _check_layers(c: DFlashConfig):
-    if len(c.layer_types) != c.num_hidden_layers:
-        raise ValueError(f"layer_types has {len(c.layer_types)} entries for num_hidden_layers={c.num_hidden_layers}; give one per layer.")
+    n = c.num_hidden_layers
+    if len(c.layer_types) != n:
+        raise ValueError(f"layer_types has {len(c.layer_types)} entries for num_hidden_layers={n}; give one per layer.")
     bad = sorted(set(c.layer_types) - set(LAYER_TYPES))
     if bad: raise ValueError(f"Unknown layer types {bad}; use {LAYER_TYPES}.")
-    if "sliding_attention" in c.layer_types and not (c.sliding_window or 0) >= 1:
-        raise ValueError("sliding_attention layers need sliding_window >= 1 (e.g. 2048).")
+    if c.sliding_window is not None and not (_is_int(c.sliding_window) and c.sliding_window >= 1):
+        raise ValueError(f"sliding_window={c.sliding_window!r} must be an integer >= 1 (e.g. 2048), or None for no window.")
+    if len(c.block_causal) != n or not all(isinstance(b, bool) for b in c.block_causal):
+        raise ValueError(f"block_causal={c.block_causal!r} needs one true/false per layer ({n} layers).")
 
+# %% ../nbs/00_config.ipynb #bdc979cb
+ROPE_TYPES = ("default", "linear", "yarn", "llama3")
+
+def _check_rope(c: DFlashConfig):
+    if not (isinstance(c.rope_theta, (int, float)) and c.rope_theta > 0):
+        raise ValueError(f"rope_theta={c.rope_theta!r} must be a positive number.")
+    p = c.rope_parameters or {}
+    kind = p.get("rope_type", "default")
+    if kind not in ROPE_TYPES:
+        raise ValueError(f"RoPE type {kind!r} (rope_parameters) is not implemented: use one of {ROPE_TYPES}. "
+                         "dynamic/longrope change frequencies with the sequence length, which a cached context cannot follow.")
+    if p.get("partial_rotary_factor", 1.0) != 1.0:
+        raise ValueError(f"partial_rotary_factor={p['partial_rotary_factor']} is not implemented: Qwen3 attention rotates every dim.")
+
+# %% ../nbs/00_config.ipynb #288c52be
 @patch
 def validate(self: DFlashConfig):
     "Raise a ValueError naming the problem and the fix, if the config is inconsistent."
-    _check_dims(self); _check_taps(self); _check_layers(self)
+    _check_dims(self)
+    _check_taps(self)
+    _check_layers(self)
+    _check_rope(self)
 
 # %% ../nbs/00_config.ipynb #5b783cdf
 @patch(as_prop=True)
@@ -134,36 +164,166 @@ def fc_in_features(self: DFlashConfig) -> int:
     "Width of `fc`'s input: one hidden size per fc tap."
     return len(self.fc_layer_ids) * self.hidden_size
 
+# %% ../nbs/00_config.ipynb #5db75c55
+@dataclass(frozen=True)
+class LayerAttention:
+    "How one drafter layer attends: kind, window over keys (None: unbounded), causal within the block."
+    kind: str
+    window: int | None
+    causal: bool
+
+@patch(as_prop=True)
+def layer_attention(self: DFlashConfig) -> list[LayerAttention]:
+    "Per layer: kind, window (sliding layers only) and in-block causality."
+    win = lambda t: self.sliding_window if t == "sliding_attention" else None
+    return [LayerAttention(t, win(t), b) for t, b in zip(self.layer_types, self.block_causal)]
+
+# %% ../nbs/00_config.ipynb #e55846d0
+ATTENTION_MODES = ("config", "bidirectional", "causal", "full")
+
+@patch
+def with_attention(self: DFlashConfig, mode: str = "config") -> DFlashConfig:
+    "A copy of the config with attention semantics `mode` (one of `ATTENTION_MODES`; `config` keeps them)."
+    n = self.num_hidden_layers
+    if mode == "config": return replace(self)
+    if mode in ("bidirectional", "causal"): return replace(self, block_causal=[mode == "causal"] * n)
+    if mode == "full":
+        return replace(self, layer_types=["full_attention"] * n, sliding_window=None, block_causal=[False] * n)
+    raise ValueError(f"Unknown attention mode {mode!r}; use one of {ATTENTION_MODES}.")
+
+# %% ../nbs/00_config.ipynb #25de76af
+HONOURED = ("hidden_size num_hidden_layers num_attention_heads num_key_value_heads head_dim intermediate_size vocab_size "
+            "rms_norm_eps max_position_embeddings block_size num_target_layers mask_token_id target_layer_ids rope_theta "
+            "rope_parameters rope_scaling layer_types sliding_window use_sliding_window max_window_layers is_causal "
+            "dflash_config").split()
+DFLASH_HONOURED = ("mask_token_id target_layer_ids block_size fusion tap_convention causal is_causal block_causal "
+                   "use_swa swa_window_size").split()
+CHECKED = {"architectures": (["DFlashDraftModel"],), "model_type": ("qwen3",), "hidden_act": ("silu",),
+           "attention_bias": (False,), "attention_dropout": (0, 0.0)}
+DFLASH_CHECKED = {"output_multiplier": (1, 1.0), "final_logit_softcapping": (None, 0, 0.0), "input_embedding_scale": (1, 1.0)}
+
+# %% ../nbs/00_config.ipynb #6d6e70d0
+IGNORED = {"_name_or_path": "provenance", "transformers_version": "provenance",
+           "dtype": "storage dtype: the weights' own dtype is used", "torch_dtype": "storage dtype: the weights' own dtype is used",
+           "bos_token_id": "generation uses the target's tokenizer", "eos_token_id": "generation uses the target's tokenizer",
+           "pad_token_id": "generation uses the target's tokenizer", "initializer_range": "initialisation only; loaded weights replace it",
+           "use_cache": "a serving switch", "tie_word_embeddings": "the drafter has no embeddings or lm_head of its own",
+           "auto_map": "remote code: never imported or run"}
+REFUSED = {"speculators_model_type": "a speculators-format config; export the drafter in the hub layout (config.json "
+                                     "with dflash_config)",
+           "transformer_layer_config": "a speculators-format config; export the drafter in the hub layout",
+           "eagle_aux_hidden_state_layer_ids": "vLLM aux ids name the INPUT of a layer (DFlash tap k = aux id k+1); "
+                                               "write DFlash ids to dflash_config.target_layer_ids",
+           "quantization_config": "quantized drafter weights are not implemented; dequantize to bf16/fp32",
+           "conv_group_size": "DFlash2 grouped convolutions are not implemented", "conv_kernel_size": "DFlash2 grouped convolutions are not implemented",
+           "selector_rank": "the DFlash2 candidate selector is not implemented", "selector_top_k": "the DFlash2 candidate selector is not implemented"}
+
+# %% ../nbs/00_config.ipynb #3e0f0599
+def _refuse(key: str, value, why: str):
+    raise ValueError(f"config.json field {key}={value!r} is not supported: {why}.")
+
+def _check_group(d: dict, honoured, checked: dict, prefix: str = ""):
+    for k, v in d.items():
+        if k in honoured or k in IGNORED: continue
+        if k in checked and v in checked[k]: continue
+        if k in checked: _refuse(prefix + k, v, f"this drafter implements only {checked[k][0]!r}")
+        _refuse(prefix + k, v, REFUSED.get(k, "an unknown field, which may change the drafter's computation; remove it "
+                                              "if it does not, or convert the checkpoint"))
+
+def check_hub_fields(d: dict):
+    "Raise naming the first field of hub config `d` that this workbench does not implement."
+    _check_group(d, HONOURED, CHECKED)
+    _check_group(d.get("dflash_config") or {}, DFLASH_HONOURED, DFLASH_CHECKED, "dflash_config.")
+
 # %% ../nbs/00_config.ipynb #8082356c
+_DFLASH_KEYS = ("mask_token_id", "target_layer_ids", "block_size", "fusion", "tap_convention")
+_OWN_KEYS = ("rope_parameters", "block_causal")
+
+def _causal_fields(c: DFlashConfig) -> dict:
+    "How `block_causal` is written: nothing for the reference rule, `is_causal` when uniform, else our own list."
+    if c.block_causal == [t == "sliding_attention" for t in c.layer_types]: return {}
+    if len(set(c.block_causal)) == 1: return {"is_causal": c.block_causal[0]}
+    return {"dflash_config": {"block_causal": c.block_causal}}
+
 @patch
 def to_hub_dict(self: DFlashConfig) -> dict:
-    "The config as a hub `config.json` dict."
-    d = {k: v for k, v in asdict(self).items() if k not in _DFLASH_KEYS}
-    sliding = "sliding_attention" in self.layer_types
-    return {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", **d,
-            "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta},
+    "The config as a hub `config.json` dict (the reference implementation reads the same fields)."
+    top = {k: v for k, v in asdict(self).items() if k not in _DFLASH_KEYS + _OWN_KEYS}
+    rope = {"rope_type": "default", **(self.rope_parameters or {}), "rope_theta": self.rope_theta}
+    causal = _causal_fields(self)
+    dc = {k: getattr(self, k) for k in _DFLASH_KEYS} | causal.pop("dflash_config", {})
+    return {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", **top, "rope_parameters": rope,
             "hidden_act": "silu", "attention_bias": False, "tie_word_embeddings": False,
-            "use_sliding_window": sliding, "sliding_window": self.sliding_window,
-            "block_size": self.block_size,
-            "dflash_config": {k: getattr(self, k) for k in _DFLASH_KEYS}}
-
-_DFLASH_KEYS = ("mask_token_id", "target_layer_ids", "block_size", "fusion", "tap_convention")
+            "use_sliding_window": self.sliding_window is not None, **causal, "dflash_config": dc}
 
 # %% ../nbs/00_config.ipynb #048d8988
+_QWEN3_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+               "intermediate_size", "vocab_size", "rms_norm_eps", "max_position_embeddings", "rope_theta",
+               "rope_parameters", "rope_scaling", "layer_types", "sliding_window", "use_sliding_window", "max_window_layers")
+
+def _qwen3_view(d: dict) -> Qwen3Config:
+    "transformers' reading of the Qwen3 fields of `d` (RoPE normalised, window rules applied)."
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return Qwen3Config(**{k: d[k] for k in _QWEN3_KEYS if d.get(k) is not None})
+
+def _rope(hf: Qwen3Config) -> tuple[float, dict | None]:
+    "(rope_theta, rope_parameters without theta, or None for plain RoPE)."
+    p = {k: v for k, v in hf.rope_parameters.items() if k not in ("rope_theta", "type")}
+    return float(hf.rope_parameters["rope_theta"]), (None if p in ({}, {"rope_type": "default"}) else p)
+
+# %% ../nbs/00_config.ipynb #5373af26
+def _causal_spellings(d: dict, dc: dict) -> set:
+    said = {("is_causal", d.get("is_causal")), ("dflash_config.is_causal", dc.get("is_causal")),
+            ("dflash_config.causal", dc.get("causal"))}
+    return {(k, v) for k, v in said if v is not None}
+
+def _attention(d: dict, dc: dict, hf: Qwen3Config) -> dict:
+    "layer_types, sliding_window and block_causal as the config's dialect means them."
+    n, said = hf.num_hidden_layers, _causal_spellings(d, dc)
+    if len({bool(v) for _, v in said}) > 1: raise ValueError(f"config.json contradicts itself on causality: {sorted(said)}.")
+    if dc.get("use_swa"):
+        if not dc.get("swa_window_size"): raise ValueError("dflash_config.use_swa needs dflash_config.swa_window_size.")
+        return dict(layer_types=["sliding_attention"] * n, sliding_window=int(dc["swa_window_size"]), block_causal=[False] * n)
+    types = list(hf.layer_types)
+    causal = dc.get("block_causal") or ([bool(next(iter(said))[1])] * n if said else None)
+    return dict(layer_types=types, sliding_window=hf.sliding_window, block_causal=causal)
+
+# %% ../nbs/00_config.ipynb #faf88b59
+def _required(d: dict, dc: dict, key: str, fix: str):
+    v = dc.get(key, d.get(key))
+    if v is None: raise ValueError(f"config.json has no {key} (in dflash_config or at the top level): {fix}.")
+    return v
+
+def _tap_ids(d: dict, dc: dict, L: int, n_fc_taps: int | None) -> list[int]:
+    "The recorded taps; else the reference default for the fc width, with a warning; else an error naming the key."
+    ids = dc.get("target_layer_ids", d.get("target_layer_ids"))
+    if ids is not None: return ids
+    if n_fc_taps is None: _required(d, dc, "target_layer_ids", "add the target layer ids the drafter's fc reads")
+    ids = default_target_layer_ids(L, n_fc_taps)
+    warnings.warn(f"config.json gives no target_layer_ids; using the reference default for {n_fc_taps} taps of a "
+                  f"{L}-layer target: {ids}. Record them in dflash_config.target_layer_ids to silence this.")
+    return ids
+
+# %% ../nbs/00_config.ipynb #bedeb680
 @patch(cls_method=True)
-def from_hub_dict(cls: DFlashConfig, d: dict, fusion: str | None = None) -> DFlashConfig:
-    "Build a config from a hub `config.json` dict; `fusion` (inferred from weights) must agree with a recorded one."
-    dc = d.get("dflash_config") or {}
+def from_hub_dict(cls: DFlashConfig, d: dict, fusion: str | None = None, n_fc_taps: int | None = None,
+                  num_target_layers: int | None = None) -> DFlashConfig:
+    "A config from a hub `config.json` dict. `fusion`/`n_fc_taps` come from the weights, `num_target_layers` from a target."
+    check_hub_fields(d)
+    dc, hf = d.get("dflash_config") or {}, _qwen3_view(d)
     recorded = dc.get("fusion")
     if fusion and recorded and fusion != recorded:
         raise ValueError(f"config.json records fusion={recorded!r} but the weights imply {fusion!r}.")
-    rope = d.get("rope_parameters") or {}
-    names = {f.name for f in fields(cls)} - set(_DFLASH_KEYS) - {"rope_theta"}
-    kw = {k: d[k] for k in names if d.get(k) is not None}
-    return cls(**kw, rope_theta=float(rope.get("rope_theta", d.get("rope_theta", 1e6))),
-               block_size=dc.get("block_size", d.get("block_size", 16)), mask_token_id=dc["mask_token_id"],
-               target_layer_ids=dc["target_layer_ids"], fusion=fusion or recorded or "fused",
-               tap_convention=dc.get("tap_convention", TAP_CONVENTION))
+    L = d.get("num_target_layers") or num_target_layers
+    if L is None: _required(d, dc, "num_target_layers", "add the target's num_hidden_layers (or pass the target)")
+    theta, rope = _rope(hf)
+    dims = {k: getattr(hf, k) for k in _QWEN3_KEYS[:9]}
+    return cls(**dims, rope_theta=theta, rope_parameters=rope, **_attention(d, dc, hf), num_target_layers=L,
+               block_size=dc.get("block_size", d.get("block_size", 16)), target_layer_ids=_tap_ids(d, dc, L, n_fc_taps),
+               mask_token_id=_required(d, dc, "mask_token_id", "add the mask token id the drafter was trained with "
+                                       "(public Qwen3.5/3.6 DFlash drafters use 248070)"),
+               fusion=fusion or recorded or "fused", tap_convention=dc.get("tap_convention", TAP_CONVENTION))
 
 # %% ../nbs/00_config.ipynb #781672ea
 @patch
@@ -178,3 +338,13 @@ def read_hub_config(path: str | Path) -> dict:
     f = Path(path) / "config.json"
     if not f.exists(): raise FileNotFoundError(f"No config.json in {path}: point at a DFlash checkpoint directory.")
     return json.loads(f.read_text())
+
+# %% ../nbs/00_config.ipynb #69f79ff0
+def hub_field_table() -> list[dict]:
+    "Rows (field, status, detail) of every hub config field this workbench knows."
+    rows = [dict(field=k, status="honoured", detail="") for k in HONOURED]
+    rows += [dict(field=f"dflash_config.{k}", status="honoured", detail="") for k in DFLASH_HONOURED]
+    rows += [dict(field=k, status="checked", detail=f"only {v[0]!r}") for k, v in CHECKED.items()]
+    rows += [dict(field=f"dflash_config.{k}", status="checked", detail=f"only {v}") for k, v in DFLASH_CHECKED.items()]
+    rows += [dict(field=k, status="ignored", detail=v) for k, v in IGNORED.items()]
+    return rows + [dict(field=k, status="refused", detail=v) for k, v in REFUSED.items()]

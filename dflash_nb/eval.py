@@ -6,12 +6,14 @@ Docs: https://dflash-nb.github.io/dflash_nb/eval.html.md"""
 
 # %% ../nbs/06_eval.ipynb #0fe5c645
 from __future__ import annotations
-import argparse, heapq, json
+import argparse, heapq, json, sys
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import torch
-from .model import DFlashDraftModel, param_counts
-from .extract import HiddenStateCache, check_compatible
+from tqdm.auto import tqdm
+from .config import ATTENTION_MODES
+from .model import DFlashDraftModel, param_counts, describe_drafter
+from .extract import HiddenStateCache, check_compatible, atomic_write
 
 # %% auto #0
 __all__ = ['DraftTree', 'build_tree', 'tree_attention_mask', 'walk_tree', 'accept_chain', 'accept_tree', 'replay',
@@ -119,17 +121,21 @@ def _start(loss_mask) -> int | None:
     return int(on[0]) if len(on) else None
 
 def offline_tau(model: DFlashDraftModel, cache: HiddenStateCache, indices=None, budgets=(8, 16, 32, 64),
-                name: str = "drafter", target_hash: str | None = None, transform=None) -> OfflineResult:
+                name: str = "drafter", target_hash: str | None = None, transform=None, progress: bool = False) -> OfflineResult:
     "Chain and DDTree τ, per-position acceptance and the τ histogram of `model` over `cache` samples `indices`."
     c = model.config
     check_compatible(cache, target_hash=target_hash, tap_ids=c.fc_layer_ids, convention=c.tap_convention)
     chain, tree, per = [], {b: [] for b in budgets}, []
-    for i in (range(len(cache)) if indices is None else indices):
-        r = cache[i]; s = _start(r["loss_mask"])
+    todo = range(len(cache)) if indices is None else indices
+    for i in tqdm(todo, desc=f"τ {name}", disable=not progress):
+        r = cache[i]
+        s = _start(r["loss_mask"])
         if s is None: continue
         taps = cache.taps_for(i, c.fc_layer_ids)
         if transform is not None: taps = transform(taps)          # e.g. a tap ablation (see diagnostics)
-        rounds = replay(model, r["input_ids"], taps, s); chain += rounds; per.append(rounds)
+        rounds = replay(model, r["input_ids"], taps, s)
+        chain += rounds
+        per.append(rounds)
         for b in budgets: tree[b] += replay(model, r["input_ids"], taps, s, accept_tree(b))
     if not per: raise ValueError("No sample in the cache has response tokens (loss_mask is all 0): nothing to evaluate.")
     hist = torch.bincount(torch.tensor([n + 1 for n, _ in chain]), minlength=c.block_size + 1)[1:].tolist()
@@ -167,13 +173,31 @@ def plot_acceptance(results: list[OfflineResult], ax=None):
     return ax
 
 # %% ../nbs/06_eval.ipynb #87baabf6
-def compare(drafters, cache: HiddenStateCache, target_model=None, names=None, budgets=(8,), indices=None, plot: bool = True):
+def _names(drafters) -> list[str]:
+    "Directory names of checkpoint paths, with their parent where two would collide; 'drafter i' for models."
+    short = [Path(d).name if isinstance(d, (str, Path)) else f"drafter {i}" for i, d in enumerate(drafters)]
+    long = [f"{Path(d).parent.name}/{Path(d).name}" if isinstance(d, (str, Path)) else s for d, s in zip(drafters, short)]
+    return [lg if short.count(s) > 1 else s for s, lg in zip(short, long)]
+
+def _check_masks(models: dict):
+    ids = {n: m.config.mask_token_id for n, m in models.items()}
+    if len(set(ids.values())) > 1:
+        raise ValueError(f"The drafters use different mask token ids {ids}: they were trained on different block inputs. "
+                         "Compare drafters trained with the same mask_token_id (public Qwen3.5/3.6 DFlash drafters use 248070).")
+
+# %% ../nbs/06_eval.ipynb #eccdf749
+def compare(drafters, cache: HiddenStateCache, target_model=None, names=None, budgets=(8,), indices=None,
+            plot: bool = True, attention: str = "config", verbose: bool = True):
     "Evaluate drafters (checkpoint paths or models) side by side over `cache`: (rows, results, axes or None)."
-    names = names or [Path(d).name if isinstance(d, (str, Path)) else f"drafter {i}" for i, d in enumerate(drafters)]
-    results = []
-    for d, n in zip(drafters, names):
-        m = DFlashDraftModel.from_pretrained(d, target_model=target_model) if isinstance(d, (str, Path)) else d
-        results.append(offline_tau(m.eval(), cache, indices, budgets, n))
+    from dflash_nb.target import config_hash
+    if attention not in ATTENTION_MODES: raise ValueError(f"Unknown attention mode {attention!r}; use one of {ATTENTION_MODES}.")
+    load = lambda d: DFlashDraftModel.from_pretrained(d, target_model=target_model) if isinstance(d, (str, Path)) else d
+    suffix = "" if attention == "config" else f" [{attention}]"
+    models = {n + suffix: load(d).with_attention(attention).eval() for d, n in zip(drafters, names or _names(drafters))}
+    _check_masks(models)
+    h = config_hash(target_model.config) if target_model is not None else None
+    if verbose: print("\n".join(describe_drafter(m, n) for n, m in models.items()))
+    results = [offline_tau(m, cache, indices, budgets, n, target_hash=h, progress=verbose) for n, m in models.items()]
     return comparison_rows(results), results, plot_acceptance(results) if plot else None
 
 # %% ../nbs/06_eval.ipynb #f0e3f611
@@ -181,20 +205,35 @@ def eval_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="dflash-eval", description="Offline τ (chain and DDTree), per-position acceptance and "
                                  "τ histograms of DFlash drafters over a hidden-state cache, written as JSON.")
     ap.add_argument("--checkpoint", action="append", required=True, help="drafter checkpoint directory (hub layout); repeat to compare")
+    ap.add_argument("--names", nargs="*", help="a label per checkpoint, in order (default: directory names)")
     ap.add_argument("--cache", required=True, help="hidden-state cache directory holding every tap the drafters read")
     ap.add_argument("--target", required=True, help="target model directory (its embeddings and lm_head are borrowed)")
-    ap.add_argument("--budgets", type=int, nargs="*", default=[8, 16, 32, 64], help="DDTree node budgets (default: 8 16 32 64)")
+    ap.add_argument("--target-dtype", choices=("float32", "bfloat16", "float16"), default="float32",
+                    help="dtype to load the target in (default: float32); any drafter dtype works with any target dtype")
+    ap.add_argument("--budgets", type=int, nargs="*", default=[8, 15], help="DDTree node budgets (default: 8 15)")
+    ap.add_argument("--attention", choices=ATTENTION_MODES, default="config",
+                    help="attention semantics: as configured, or an override (bidirectional, causal, full)")
     ap.add_argument("--limit", type=int, default=0, help="evaluate only the first N samples (0: all)")
     ap.add_argument("--out", default="eval.json", help="JSON file to write (default: eval.json)")
     return ap
 
-def eval_main(argv=None):
-    "Entry point of `dflash-eval`."
+# %% ../nbs/06_eval.ipynb #106bf1aa
+def _evaluate(a: argparse.Namespace) -> list:
     from dflash_nb.target import load_target
-    a = eval_parser().parse_args(argv)
-    cache, target = HiddenStateCache(a.cache), load_target(a.target)
+    if a.names and len(a.names) != len(a.checkpoint):
+        raise ValueError(f"--names gives {len(a.names)} labels for {len(a.checkpoint)} checkpoints; give one per checkpoint.")
+    cache, target = HiddenStateCache(a.cache), load_target(a.target, dtype=getattr(torch, a.target_dtype))
     idx = range(min(a.limit, len(cache))) if a.limit else None
-    rows, results, _ = compare(a.checkpoint, cache, target.model, budgets=tuple(a.budgets), indices=idx, plot=False)
-    Path(a.out).write_text(json.dumps([asdict(r) for r in results], indent=1))
+    rows, results, _ = compare(a.checkpoint, cache, target.model, a.names, tuple(a.budgets), idx, False, a.attention)
+    atomic_write(a.out, lambda p: p.write_text(json.dumps([asdict(r) for r in results], indent=1)))
     print(markdown_table(rows))
     return results
+
+def eval_main(argv=None) -> int:
+    "Entry point of `dflash-eval`: 0 on success, 1 with a one-line message when an input is refused."
+    a = eval_parser().parse_args(argv)
+    try: _evaluate(a)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"dflash-eval: error: {e}", file=sys.stderr)
+        return 1
+    return 0

@@ -6,19 +6,23 @@ Docs: https://dflash-nb.github.io/dflash_nb/model.html.md"""
 
 # %% ../nbs/01_model.ipynb #4b7a81c3
 from __future__ import annotations
-import json, os
-from dataclasses import dataclass
+import copy, json, os
+from dataclasses import dataclass, replace as dc_replace
 from pathlib import Path
 import torch, torch.nn as nn, torch.nn.functional as F
 from fastcore.basics import patch
 from safetensors import safe_open, SafetensorError
 from safetensors.torch import save_file
+from transformers import Qwen3Config
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 from .config import DFlashConfig, read_hub_config, fc_tap_ids
 
 # %% auto #0
-__all__ = ['ATTN_IMPLS', 'SHARED_PREFIXES', 'RMSNorm', 'rope_cos_sin', 'apply_rope', 'SwiGLU', 'dflash_mask_mod', 'dense_mask',
-           'make_attend', 'DFlashAttention', 'FusedContext', 'DFlashDecoderLayer', 'DFlashDraftModel', 'ContextCache',
-           'per_anchor_logits', 'drafter_state_dict', 'read_drafter_tensors', 'infer_fusion', 'param_counts']
+__all__ = ['ATTN_IMPLS', 'SHARED_PREFIXES', 'RMSNorm', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope', 'SwiGLU', 'dflash_mask_mod',
+           'dense_mask', 'make_attend', 'DFlashAttention', 'FusedContext', 'DFlashDecoderLayer', 'DFlashDraftModel',
+           'ContextCache', 'per_anchor_logits', 'drafter_state_dict', 'read_drafter_tensors', 'infer_fusion',
+           'hub_drafter_config', 'describe_drafter', 'param_counts']
 
 # %% ../nbs/01_model.ipynb #deb5023f
 class RMSNorm(nn.Module):
@@ -32,12 +36,21 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(x.dtype)
 
 # %% ../nbs/01_model.ipynb #184fabfa
-def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float):
+def rope_inv_freq(c: DFlashConfig) -> tuple[torch.Tensor, float]:
+    "Inverse frequencies [head_dim/2] and the cos/sin scale of `c`'s RoPE, from transformers' RoPE functions."
+    params = {"rope_type": "default", **(c.rope_parameters or {}), "rope_theta": c.rope_theta}
+    hf = Qwen3Config(hidden_size=c.hidden_size, num_attention_heads=c.num_attention_heads, head_dim=c.head_dim,
+                     max_position_embeddings=c.max_position_embeddings, rope_parameters=params)
+    kind = params["rope_type"]
+    init = Qwen3RotaryEmbedding.compute_default_rope_parameters if kind == "default" else ROPE_INIT_FUNCTIONS[kind]
+    inv, scale = init(hf, device=torch.device("cpu"))
+    return inv.float(), float(scale)
+
+def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, scale: float = 1.0):
     "cos/sin tables [..., T, head_dim] for integer `positions` [..., T]."
-    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device).float() / head_dim)
-    f = positions[..., None].float() * inv
+    f = positions[..., None].float() * inv_freq.to(positions.device)
     emb = torch.cat([f, f], -1)
-    return emb.cos(), emb.sin()
+    return emb.cos() * scale, emb.sin() * scale
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     "Rotate `x` [B, heads, T, D] by tables [B, T, D] (rotate-half convention)."
@@ -55,16 +68,20 @@ class SwiGLU(nn.Module):
     def forward(self, x): return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 # %% ../nbs/01_model.ipynb #db79df1b
-def dflash_mask_mod(anchors: torch.Tensor, ctx_len: int, block_size: int, window: int | None = None):
+def dflash_mask_mod(anchors: torch.Tensor, ctx_len: int, block_size: int, window: int | None = None,
+                    causal: bool | None = None):
     "A flex-attention mask_mod(b, h, q, kv) for blocks anchored at `anchors` [N, A] after `ctx_len` context keys."
+    causal = window is not None if causal is None else causal      # the reference rule: sliding layers are causal
     def mod(b, h, q, kv):
         blk, k = q // block_size, q % block_size
         a = anchors[b, blk]
         in_ctx = kv < ctx_len
         j = (kv - ctx_len).clamp(min=0)
-        kj, same = j % block_size, (j // block_size) == blk
-        if window is None: return (in_ctx & (kv < a)) | (~in_ctx & same)
-        return (in_ctx & (kv < a) & (a + k - kv < window)) | (~in_ctx & same & (kj <= k) & (k - kj < window))
+        kj = j % block_size
+        ctx_ok, blk_ok = in_ctx & (kv < a), ~in_ctx & ((j // block_size) == blk)
+        if causal: blk_ok = blk_ok & (kj <= k)
+        if window is None: return ctx_ok | blk_ok
+        return (ctx_ok & (a + k - kv < window)) | (blk_ok & ((k - kj).abs() < window))
     return mod
 
 def dense_mask(mod, n: int, q_len: int, kv_len: int, device=None) -> torch.Tensor:
@@ -148,9 +165,8 @@ class FusedContext:
 
 class DFlashDecoderLayer(nn.Module):
     "Pre-norm attention (with injected context) + SwiGLU MLP."
-    def __init__(self, c: DFlashConfig, layer_type: str):
+    def __init__(self, c: DFlashConfig):
         super().__init__()
-        self.layer_type = layer_type
         self.input_layernorm, self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps), RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.self_attn, self.mlp = DFlashAttention(c), SwiGLU(c.hidden_size, c.intermediate_size)
     def forward(self, x, ctx, cos, sin, attend):
@@ -169,7 +185,8 @@ class DFlashDraftModel(nn.Module):
         c = self.config = config
         self.fc = nn.Linear(c.fc_in_features, c.hidden_size, bias=False)
         self.hidden_norm, self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps), RMSNorm(c.hidden_size, c.rms_norm_eps)
-        self.layers = nn.ModuleList(DFlashDecoderLayer(c, t) for t in c.layer_types)
+        self.layers = nn.ModuleList(DFlashDecoderLayer(c) for _ in range(c.num_hidden_layers))
+        self._rope = None   # (inv_freq, scale), computed on first use
         for m in self.modules():
             if isinstance(m, nn.Linear): nn.init.normal_(m.weight, std=0.02)
         self.attach_shared(embed_tokens or nn.Embedding(c.vocab_size, c.hidden_size),
@@ -186,6 +203,12 @@ class DFlashDraftModel(nn.Module):
         self.embed_tokens, self.lm_head = embed_tokens, lm_head
         return self
 
+    def _apply(self, fn, recurse=True):
+        "`.to()`, `.bfloat16()`, `.cuda()` … convert the drafter's own modules only: the target's are never touched."
+        shared = {k: self._modules.pop(k) for k in ("embed_tokens", "lm_head")}
+        try: return super()._apply(fn, recurse)
+        finally: self._modules.update(shared)
+
     def attach_target(self, target_model: nn.Module):
         "Borrow the embeddings and lm_head of an HF causal LM."
         return self.attach_shared(target_model.get_input_embeddings(), target_model.get_output_embeddings())
@@ -195,6 +218,12 @@ class DFlashDraftModel(nn.Module):
 def device(self: DFlashDraftModel) -> torch.device:
     "Where the drafter's own weights live (the borrowed embeddings and lm_head live with the target)."
     return self.fc.weight.device
+
+@patch
+def rope(self: DFlashDraftModel, device) -> tuple[torch.Tensor, float]:
+    "(inv_freq on `device`, cos/sin scale) of this drafter's RoPE."
+    if self._rope is None: self._rope = rope_inv_freq(self.config)
+    return self._rope[0].to(device), self._rope[1]
 
 @patch
 def fuse_context(self: DFlashDraftModel, taps: torch.Tensor) -> torch.Tensor:
@@ -217,7 +246,7 @@ def fused_context(self: DFlashDraftModel, taps: torch.Tensor, start: int = 0) ->
     "The fused context of fc taps [N, T, n_fc*H] at positions `start`.., with its RoPE."
     h = self.fuse_context(taps)
     pos = torch.arange(start, start + h.shape[1], device=h.device).expand(h.shape[0], -1)
-    return FusedContext(h, *rope_cos_sin(pos, self.config.head_dim, self.config.rope_theta))
+    return FusedContext(h, *rope_cos_sin(pos, *self.rope(h.device)))
 
 @patch
 def extend_context(self: DFlashDraftModel, taps: torch.Tensor, cache: ContextCache | None = None) -> ContextCache:
@@ -237,18 +266,36 @@ def block_ids(self: DFlashDraftModel, anchor_tokens: torch.Tensor) -> torch.Tens
     out[..., 0] = anchor_tokens
     return out
 
+def _need_target(model):
+    if model.embed_tokens is None or model.lm_head is None:
+        raise ValueError("This drafter has no target embeddings or lm_head (it was loaded without target_model), so "
+                         "it cannot draft: load it with DFlashDraftModel.from_pretrained(path, target_model=target.model) "
+                         "or call drafter.attach_target(target.model).")
+
+@patch
+def embed_blocks(self: DFlashDraftModel, anchor_tokens: torch.Tensor) -> torch.Tensor:
+    "The target's embeddings of the blocks at `anchor_tokens` [...], in the drafter's dtype: [..., block_size, H]."
+    _need_target(self)
+    return self.embed_tokens(self.block_ids(anchor_tokens)).to(self.fc.weight.dtype)
+
+@patch
+def logits(self: DFlashDraftModel, h: torch.Tensor) -> torch.Tensor:
+    "The target's lm_head on drafter hidden states `h`, cast to the lm_head's dtype (the target is never cast)."
+    _need_target(self)
+    return self.lm_head(h.to(self.lm_head.weight.dtype))
+
+# %% ../nbs/01_model.ipynb #11aa5ce7
 @patch
 def _run_layers(self: DFlashDraftModel, x, ctx: list, pos, anchors, ctx_len: int, impl: str):
     c = self.config
     if pos.numel() and int(pos.max()) >= c.max_position_embeddings:
         raise ValueError(f"Block positions reach {int(pos.max())}, beyond max_position_embeddings={c.max_position_embeddings}: "
                          "truncate the sequences (TrainConfig.max_len) or use a drafter made for longer contexts.")
-    cos, sin = rope_cos_sin(pos, c.head_dim, c.rope_theta)
-    n, q_len = x.shape[:2]
-    window = {"full_attention": None, "sliding_attention": c.sliding_window}
-    attends = {t: make_attend(dflash_mask_mod(anchors, ctx_len, c.block_size, window[t]), n, q_len, ctx_len + q_len, c.block_size, impl, x.device)
-               for t in set(c.layer_types)}
-    for layer, layer_ctx in zip(self.layers, ctx): x = layer(x, layer_ctx, cos, sin, attends[layer.layer_type])
+    cos, sin = rope_cos_sin(pos, *self.rope(x.device))
+    n, q_len, kinds = *x.shape[:2], c.layer_attention
+    mod = lambda a: dflash_mask_mod(anchors, ctx_len, c.block_size, a.window, a.causal)
+    attends = {a: make_attend(mod(a), n, q_len, ctx_len + q_len, c.block_size, impl, x.device) for a in set(kinds)}
+    for layer, layer_ctx, a in zip(self.layers, ctx, kinds): x = layer(x, layer_ctx, cos, sin, attends[a])
     return self.norm(x)
 
 # %% ../nbs/01_model.ipynb #302f97d9
@@ -256,10 +303,10 @@ def _run_layers(self: DFlashDraftModel, x, ctx: list, pos, anchors, ctx_len: int
 def draft_logits(self: DFlashDraftModel, anchor_tokens: torch.Tensor, cache: ContextCache, impl: str = "auto") -> torch.Tensor:
     "Logits [N, block_size, V] of one block per row, anchored at position `cache.length` with tokens [N]."
     B, p = self.config.block_size, cache.length
-    x = self.embed_tokens(self.block_ids(anchor_tokens))
+    x = self.embed_blocks(anchor_tokens)
     pos = torch.arange(p, p + B, device=x.device).expand(x.shape[0], -1)
     anchors = torch.full((x.shape[0], 1), p, device=x.device)
-    return self.lm_head(self._run_layers(x.to(self.fc.weight.dtype), cache.kv, pos, anchors, p, impl))
+    return self.logits(self._run_layers(x, cache.kv, pos, anchors, p, impl))
 
 # %% ../nbs/01_model.ipynb #320b37c9
 @patch
@@ -270,14 +317,14 @@ def train_hidden(self: DFlashDraftModel, input_ids: torch.Tensor, taps: torch.Te
         raise ValueError(f"anchors must lie in 0..{T-1} (the sequence length is {T}); got {anchors.min().item()}..{anchors.max().item()}.")
     A, B = anchors.shape[1], self.config.block_size
     ctx = [self.fused_context(taps)] * len(self.layers)   # each layer projects its K/V inside its own forward
-    x = self.embed_tokens(self.block_ids(input_ids.gather(1, anchors))).view(N, A * B, -1)
+    x = self.embed_blocks(input_ids.gather(1, anchors)).view(N, A * B, -1)
     pos = (anchors[..., None] + torch.arange(B, device=anchors.device)).view(N, A * B)
-    return self._run_layers(x.to(self.fc.weight.dtype), ctx, pos, anchors, T, impl).view(N, A, B, -1)
+    return self._run_layers(x, ctx, pos, anchors, T, impl).view(N, A, B, -1)
 
 @patch
 def forward(self: DFlashDraftModel, input_ids, taps, anchors, impl: str = "auto"):
     "Training logits [N, A, B, V] (see `train_hidden`)."
-    return self.lm_head(self.train_hidden(input_ids, taps, anchors, impl))
+    return self.logits(self.train_hidden(input_ids, taps, anchors, impl))
 
 # %% ../nbs/01_model.ipynb #3943816d
 def per_anchor_logits(model: DFlashDraftModel, input_ids, taps, anchors, impl: str = "auto") -> torch.Tensor:
@@ -366,20 +413,50 @@ def _check_keys(model: DFlashDraftModel, tensors: dict, path):
     bad = [f"{k}: {tuple(tensors[k].shape)} vs {want[k]}" for k in want if tuple(tensors[k].shape) != want[k]]
     if bad: raise ValueError(f"{path}: tensor shapes differ from config.json: {bad[:8]}.")
 
+def hub_drafter_config(raw: dict, fc_shape, target_model: nn.Module | None = None) -> DFlashConfig:
+    "The config of a checkpoint with `config.json` dict `raw` and `fc.weight` of shape `fc_shape` [H, n·H]."
+    H, width = fc_shape
+    L = target_model.config.get_text_config().num_hidden_layers if target_model is not None else None
+    c = DFlashConfig.from_hub_dict(raw, n_fc_taps=width // H, num_target_layers=L)
+    fusion = infer_fusion(width, c.hidden_size, c.target_layer_ids, (raw.get("dflash_config") or {}).get("fusion"))
+    return dc_replace(c, fusion=fusion)
+
+# %% ../nbs/01_model.ipynb #2edea8a2
 @patch(cls_method=True)
 def from_pretrained(cls: DFlashDraftModel, path: str | Path, target_model: nn.Module | None = None, dtype=None, device=None):
-    "Load a hub-layout DFlash checkpoint; the fusion layout is read from `fc.weight` and checked against config.json."
+    "Load a hub-layout DFlash checkpoint (its own dtype unless `dtype`); the fusion layout is read from `fc.weight`."
     raw, tensors = read_hub_config(path), read_drafter_tensors(path)
     if "fc.weight" not in tensors: raise ValueError(f"{path} has no fc.weight: not a DFlash drafter checkpoint.")
-    dc = raw.get("dflash_config") or {}
-    fusion = infer_fusion(tensors["fc.weight"].shape[1], raw["hidden_size"], dc.get("target_layer_ids", []), dc.get("fusion"))
-    with torch.device("meta"): model = cls(DFlashConfig.from_hub_dict(raw, fusion=fusion))
+    with torch.device("meta"): model = cls(hub_drafter_config(raw, tensors["fc.weight"].shape, target_model))
     _check_keys(model, tensors, path)
     model.load_state_dict(tensors, strict=False, assign=True)
     for name in ("fc", "hidden_norm", "layers", "norm"): getattr(model, name).to(dtype=dtype, device=device)
     if target_model is not None: return model.attach_target(target_model)
-    V, H = model.config.vocab_size, model.config.hidden_size   # random frozen placeholders until attach_target
-    return model.attach_shared(nn.Embedding(V, H, device=device, dtype=dtype), nn.Linear(H, V, bias=False, device=device, dtype=dtype))
+    model.embed_tokens = model.lm_head = None       # no random stand-ins: drafting needs attach_target
+    return model
+
+# %% ../nbs/01_model.ipynb #c63cfee0
+def describe_drafter(model: DFlashDraftModel, name: str = "drafter") -> str:
+    "What `model` computes, as loaded: layout, taps, block, mask, dtype, target, RoPE, and each layer's attention."
+    c, rope = model.config, {"rope_type": "default", **(model.config.rope_parameters or {})}
+    loss_only = f", loss-only tap {c.loss_only_layer_id}" if c.loss_only_layer_id is not None else ""
+    target = "attached" if model.embed_tokens is not None else "NOT attached (cannot draft)"
+    dtype = str(model.fc.weight.dtype).removeprefix("torch.")
+    lines = [f"{name}: {c.fusion}, fc taps {c.fc_layer_ids} of {c.num_target_layers} ({c.tap_convention}){loss_only}",
+             f"  block {c.block_size}, mask token {c.mask_token_id}, dtype {dtype}, target {target}",
+             f"  RoPE {rope.pop('rope_type')}, theta {c.rope_theta:g}" + (f", {rope}" if rope else "")]
+    for i, a in enumerate(c.layer_attention):
+        window = "none" if a.window is None else a.window
+        lines.append(f"  layer {i}: {a.kind:<17} window {window!s:<6} in-block {'causal' if a.causal else 'bidirectional'}")
+    return "\n".join(lines)
+
+# %% ../nbs/01_model.ipynb #31f902ec
+@patch
+def with_attention(self: DFlashDraftModel, mode: str = "config") -> DFlashDraftModel:
+    "A view of this drafter (weights shared) computing with attention semantics `mode`."
+    view = copy.copy(self)
+    view.config = self.config.with_attention(mode)
+    return view
 
 # %% ../nbs/01_model.ipynb #33487e8a
 def param_counts(model: DFlashDraftModel) -> dict:
