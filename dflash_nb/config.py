@@ -198,7 +198,7 @@ HONOURED = ("hidden_size num_hidden_layers num_attention_heads num_key_value_hea
             "dflash_config").split()
 DFLASH_HONOURED = ("mask_token_id target_layer_ids block_size fusion tap_convention causal is_causal block_causal "
                    "use_swa swa_window_size").split()
-CHECKED = {"architectures": (["DFlashDraftModel"],), "model_type": ("qwen3",), "hidden_act": ("silu",),
+CHECKED = {"architectures": (["DFlashDraftModel"],), "model_type": ("qwen3", "llama"), "hidden_act": ("silu",),
            "attention_bias": (False,), "attention_dropout": (0, 0.0)}
 DFLASH_CHECKED = {"output_multiplier": (1, 1.0), "final_logit_softcapping": (None, 0, 0.0), "input_embedding_scale": (1, 1.0)}
 
@@ -214,6 +214,7 @@ REFUSED = {"speculators_model_type": "a speculators-format config; export the dr
            "transformer_layer_config": "a speculators-format config; export the drafter in the hub layout",
            "eagle_aux_hidden_state_layer_ids": "vLLM aux ids name the INPUT of a layer (DFlash tap k = aux id k+1); "
                                                "write DFlash ids to dflash_config.target_layer_ids",
+           "draft_vocab_size": "a reduced draft vocabulary (d2t/t2d maps) is not implemented",
            "quantization_config": "quantized drafter weights are not implemented; dequantize to bf16/fp32",
            "conv_group_size": "DFlash2 grouped convolutions are not implemented", "conv_kernel_size": "DFlash2 grouped convolutions are not implemented",
            "selector_rank": "the DFlash2 candidate selector is not implemented", "selector_top_k": "the DFlash2 candidate selector is not implemented"}
@@ -226,7 +227,7 @@ def _check_group(d: dict, honoured, checked: dict, prefix: str = ""):
     for k, v in d.items():
         if k in honoured or k in IGNORED: continue
         if k in checked and v in checked[k]: continue
-        if k in checked: _refuse(prefix + k, v, f"this drafter implements only {checked[k][0]!r}")
+        if k in checked: _refuse(prefix + k, v, f"this drafter implements only {' or '.join(map(repr, checked[k]))}")
         _refuse(prefix + k, v, REFUSED.get(k, "an unknown field, which may change the drafter's computation; remove it "
                                               "if it does not, or convert the checkpoint"))
 
