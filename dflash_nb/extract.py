@@ -244,7 +244,8 @@ def read_manifest(path) -> dict:
     for e in m["shards"]: _check_fields(e, SHARD_FIELDS, f"{f} (a shard entry)")
     return m
 
-MANIFEST_FIELDS = dict(target_name=str, target_hash=(str, type(None)), num_target_layers=(int, type(None)), hidden_size=int, tap_ids=list, tap_convention=str,
+MANIFEST_FIELDS = dict(target_name=str, target_hash=(str, type(None)),
+                       num_target_layers=(int, type(None)), hidden_size=int, tap_ids=list, tap_convention=str,
                        dtype=str, has_final=bool, samples_per_shard=int, complete=bool, shards=list)
 SHARD_FIELDS = dict(index=int, file=str, lengths=list, bytes=int, sha256=str, samples=str)
 
@@ -437,7 +438,7 @@ def _legacy_get(d: dict, role: str, path, dims: int, optional: bool = False):
     if t.dim() != dims: raise ValueError(f"{path}: {k!r} has shape {list(t.shape)}; expected one sample ([1,] {'T, width' if dims == 2 else 'T'}).")
     return k, t
 
-# %% ../nbs/03_extract.ipynb #b3bb8b6d
+# %% ../nbs/03_extract.ipynb #3d39fc94
 LEGACY_LAST = {"tap": "the output of decoder layer last_layer_id, stored as that tap",
                "final": "the output of the target's last decoder layer before its final norm, stored as `final`",
                "normed": "the target's final normed state (HF hidden_states[-1]), stored as `final` (needs the target)"}
@@ -453,13 +454,14 @@ def _check_last_hidden(last_hidden, last_layer_id):
     if last_hidden != "tap" and last_layer_id is not None:
         raise ValueError(f"last_layer_id={last_layer_id} is only for last_hidden='tap'; with {last_hidden!r} it is not a tap.")
 
-# %% ../nbs/03_extract.ipynb #04a9c15e
+# %% ../nbs/03_extract.ipynb #74bb2124
 def _check_lengths(path, ts: dict):
     "A ValueError naming `path` and every tensor's length unless all of `ts` ({key: tensor}) share their first dim T."
     lens = {k: len(t) for k, t in ts.items() if k is not None}
     if len(set(lens.values())) > 1:
-        raise ValueError(f"{path}: its tensors hold different numbers of tokens ({', '.join(f'{k} {n}' for k, n in lens.items())}); "
-                         "each must cover the same T tokens: re-export this sample, or leave it out.")
+        each = ", ".join(f"{k} {n}" for k, n in lens.items())
+        raise ValueError(f"{path}: its tensors hold different numbers of tokens ({each}); each must cover the same T tokens: "
+                         "re-export this sample, or leave it out.")
 
 def _default_loss_mask(T: int, prompt_len: int | None, path) -> torch.Tensor:
     "The loss mask of a file without one: every position, or every position from `prompt_len` on."
@@ -468,14 +470,14 @@ def _default_loss_mask(T: int, prompt_len: int | None, path) -> torch.Tensor:
         raise ValueError(f"{path}: prompt_len={prompt_len} leaves no supervised token of its {T}; give a smaller prompt_len.")
     return (torch.arange(T) >= prompt_len).long()
 
-# %% ../nbs/03_extract.ipynb #ed564238
+# %% ../nbs/03_extract.ipynb #6f405fd2
 def _unnorm(y: torch.Tensor, norm) -> torch.Tensor:
     "The pre-norm rows `x` with `norm(x) == y`, for an RMSNorm `norm` (any weight parametrisation), as float32."
     eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
-    if eps is None: raise ValueError(f"Cannot find the eps of the target's final norm {type(norm).__name__}: import as 'final' or 'tap'.")
+    if eps is None: raise ValueError(f"The target's final norm {type(norm).__name__} has no eps attribute: it cannot be inverted.")
     p = next(norm.parameters())
     w = norm(torch.ones(1, y.shape[-1], dtype=p.dtype, device=p.device))[0].double().cpu() * (1 + eps) ** 0.5
-    if (w == 0).any(): raise ValueError("The target's final norm has zero weights: a normed state cannot be mapped back through it.")
+    if (w == 0).any(): raise ValueError("The target's final norm has zero weights: a normed state cannot be mapped back.")
     u = y.double() / w                                                # = x / sqrt(mean(x^2) + eps)
     q = u.pow(2).mean(-1, keepdim=True)                               # = m / (m + eps), m = mean(x^2)
     return (u * (eps / (1 - q).clamp_min(1e-15)).sqrt()).float()     # * sqrt(m + eps) = x
@@ -495,8 +497,9 @@ def read_legacy_sample(path, aux_layer_ids, last_layer_id: int | None = None, *,
     if aux.shape[-1] != len(aux_layer_ids) * H:
         raise ValueError(f"{path}: aux width {aux.shape[-1]} is not {len(aux_layer_ids)} aux layers x hidden size {H}.")
     mask = _default_loss_mask(len(ids), prompt_len, path) if mask is None else mask
-    cols = {k: aux[:, j * H:(j + 1) * H] for j, k in enumerate(aux_layer_ids)} | ({last_layer_id: last} if last_hidden == "tap" else {})
-    rec = {**_as_sample({"id": str(path), "input_ids": ids, "loss_mask": mask}), "taps": torch.cat([cols[k] for k in sorted(cols)], -1)}
+    cols = {k: aux[:, j * H:(j + 1) * H] for j, k in enumerate(aux_layer_ids)}
+    if last_hidden == "tap": cols[last_layer_id] = last
+    rec = _as_sample({"id": str(path), "input_ids": ids, "loss_mask": mask}) | {"taps": torch.cat([cols[k] for k in sorted(cols)], -1)}
     if last_hidden == "final": rec["final"] = last
     if last_hidden == "normed": rec["final"] = _unnorm(last, norm)
     return rec
@@ -515,7 +518,7 @@ def _import_target(target, name: str, target_hash, num_target_layers) -> tuple:
         raise ValueError(f"target_hash={target_hash!r} is not the config hash of target {target.name!r} ({target.config_hash}).")
     return (target.name if name == "legacy" else name), target.config_hash, target.num_layers, target.model.get_decoder().norm
 
-# %% ../nbs/03_extract.ipynb #1a4d95eb
+# %% ../nbs/03_extract.ipynb #a1f0ff29
 def import_legacy_pt_cache(src_dir, out_dir, aux_layer_ids, last_layer_id: int | None = None, convention: str = TAP_CONVENTION,
                            target_name: str = "legacy", target_hash: str | None = None, num_target_layers: int | None = None,
                            dtype: torch.dtype = torch.bfloat16, samples_per_shard: int = 64, *, last_hidden: str | None = None,
@@ -530,7 +533,8 @@ def import_legacy_pt_cache(src_dir, out_dir, aux_layer_ids, last_layer_id: int |
     if depth is not None: check_tap_ids(tap_ids, depth)
     read = lambda f: read_legacy_sample(f, aux_layer_ids, last_layer_id, last_hidden=last_hidden, prompt_len=prompt_len, norm=norm)
     H = read(files[0])["taps"].shape[-1] // len(tap_ids)
-    if norm is not None and H != target.hidden_size: raise ValueError(f"{files[0]}: hidden size {H}, target {target.name!r} has {target.hidden_size}.")
+    if norm is not None and H != target.hidden_size:
+        raise ValueError(f"{files[0]}: hidden size {H}, but target {target.name!r} has {target.hidden_size}.")
     header = cache_header(name, h, depth, H, tap_ids, convention, dtype, last_hidden != "tap", samples_per_shard)
     header["legacy"] = {"last_hidden": last_hidden, "last_layer_id": last_layer_id, "aux_layer_ids": list(aux_layer_ids)}
     return write_cache(out_dir, header, files, lambda chunk: [read(f) for f in chunk], lambda chunk: [f.name for f in chunk])
@@ -570,11 +574,11 @@ def compare_extractions(target_a, target_b, samples, tap_ids, convention: str = 
         for x, y in zip(ra, rb): _record_errors(stats, x, y, tap_ids, target_a.hidden_size)
     return _parity_table(stats)
 
-# %% ../nbs/03_extract.ipynb #26f01f49
+# %% ../nbs/03_extract.ipynb #c7b4c32e
 def _as_in_files(cache, r: dict, norm) -> torch.Tensor:
     "Record `r`'s last_hidden as it was in the legacy files, undone from how the import stored it."
     leg = cache.manifest["legacy"]
-    if leg["last_hidden"] == "tap": return select_taps(r["taps"], cache.tap_ids, [leg["last_layer_id"]], cache.hidden_size).float()
+    if leg["last_hidden"] == "tap": return select_taps(r["taps"], cache.tap_ids, [leg["last_layer_id"]], cache.hidden_size)
     return norm(r["final"].float()).float() if leg["last_hidden"] == "normed" else r["final"].float()
 
 def _warn_misread(cache, rows: list[dict]):
@@ -587,11 +591,11 @@ def _warn_misread(cache, rows: list[dict]):
         warnings.warn(f"{cache.path}: the files' last_hidden reads as {best} (relative error {err[best]:.2g}), not as imported "
                       f"({mine}: {err[mine]:.2g}): re-import with {fix}.", UserWarning, stacklevel=3)
 
-# %% ../nbs/03_extract.ipynb #1934570c
+# %% ../nbs/03_extract.ipynb #5ec2fa90
 @torch.no_grad()
 def check_legacy_last(cache: HiddenStateCache, target, n: int = 2) -> list[dict]:
     "Re-extract `n` samples of a legacy import with `target`: errors per stored tap, `final`, and each reading of last_hidden."
-    if "legacy" not in cache.manifest: raise ValueError(f"Cache {cache.path} is not a legacy import: compare caches with tap_parity.")
+    if "legacy" not in cache.manifest: raise ValueError(f"Cache {cache.path} is not a legacy import: compare it with tap_parity.")
     check_compatible(cache, target.config_hash)
     leg, norm, stats, H = cache.manifest["legacy"], target.model.get_decoder().norm, {}, cache.hidden_size
     for i in range(min(n, len(cache))):
@@ -623,7 +627,7 @@ def read_prompt_file(path) -> list[dict]:
     if not rows: raise ValueError(f"{path} holds no prompts: add one JSON object per line, e.g. {{\"id\": \"p0\", \"prompt\": \"def f(x):\"}}.")
     return rows
 
-# %% ../nbs/03_extract.ipynb #4e37d464
+# %% ../nbs/03_extract.ipynb #e7871640
 def _jsonable(x):
     "`x` with tensors as lists, for JSON."
     if torch.is_tensor(x): return x.tolist()
@@ -637,7 +641,7 @@ def responses_key(target, prompts: list, max_new_tokens: int, chat: bool = True)
 
 def _key_path(path: Path) -> Path: return path.with_name(path.stem + ".key.json")
 
-# %% ../nbs/03_extract.ipynb #93ea67d1
+# %% ../nbs/03_extract.ipynb #8cfb77ad
 def read_responses(path) -> list[dict]:
     "The records of a responses file; a last line without its newline (a kill mid-write) is left out."
     path = Path(path)
@@ -646,7 +650,8 @@ def read_responses(path) -> list[dict]:
     for n, line in enumerate(path.read_text().split("\n")[:-1], 1):
         if not line.strip(): continue
         try: d = json.loads(line)
-        except json.JSONDecodeError as e: raise ValueError(f"{path}:{n} is not JSON ({e.msg}): delete the file to regenerate it.") from None
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{n} is not JSON ({e.msg}): delete the file to regenerate it.") from None
         out.append({k: v if k == "id" else torch.tensor(v) for k, v in d.items()})
     return out
 
@@ -656,21 +661,21 @@ def _drop_torn_tail(path: Path):
     if (keep := data.rfind(b"\n") + 1) < len(data):
         with open(path, "rb+") as f: f.truncate(keep)
 
-# %% ../nbs/03_extract.ipynb #ac41a5ab
+# %% ../nbs/03_extract.ipynb #c9adcee6
 def _check_unkeyed(path: Path, records: list, target, prompts: list, chat: bool) -> list:
     "The records of a responses file without a key file, if they answer `prompts`; warns that the rest is unchecked."
     fix = f"delete {path} to regenerate it, or use another --out"
     if len(records) != len(prompts):
-        raise ValueError(f"{path} holds {len(records)} responses for {len(prompts)} prompts, and no key file says what made it: {fix}.")
+        raise ValueError(f"{path} holds {len(records)} responses for {len(prompts)} prompts, and no key file: {fix}.")
     ps = [prompt_token_ids(target, p, chat) for p in prompts]
     bad = [i for i, (r, p) in enumerate(zip(records, ps)) if r["input_ids"][:len(p)].tolist() != p]
-    if bad: raise ValueError(f"{path}: responses {bad[:5]} do not start with their prompts' tokens (other prompts, or chat mode): {fix}.")
+    if bad: raise ValueError(f"{path}: responses {bad[:5]} do not start with their prompts' tokens (other prompts?): {fix}.")
     warnings.warn(f"{path} has no key file (an older dflash_nb made it): it answers these prompts, but the target and "
                   f"max_new_tokens that made it cannot be checked; {fix} if either changed.", UserWarning, stacklevel=3)
     return records
 
 def _resume_responses(path: Path, key: dict, target, prompts: list, chat: bool) -> list:
-    "The responses already in `path` if its key matches `key` (a fresh key file if there are none); an error naming what differs."
+    "The responses in `path` if its key file matches `key` (a new key file if there are none); else an error naming what differs."
     kp = _key_path(path)
     if not path.exists():
         atomic_write(kp, lambda p: p.write_text(json.dumps(key)))
@@ -682,24 +687,26 @@ def _resume_responses(path: Path, key: dict, target, prompts: list, chat: bool) 
                          "regenerate, or use another --out.")
     _drop_torn_tail(path)
     done = read_responses(path)
-    if len(done) > len(prompts): raise ValueError(f"{path} holds {len(done)} responses for {len(prompts)} prompts: delete it to regenerate.")
+    if len(done) > len(prompts):
+        raise ValueError(f"{path} holds {len(done)} responses for {len(prompts)} prompts: delete it to regenerate.")
     return done
 
 # %% ../nbs/03_extract.ipynb #7bde36f5
 def cached_responses(target, prompts: list, path, max_new_tokens: int, batch_size: int, chat: bool = True) -> list[dict]:
-    "Greedy responses to `prompts`, appended to JSON lines at `path` as they finish; a rerun resumes, or refuses other settings."
+    "Greedy responses to `prompts`, appended to JSON lines at `path` as they finish; a rerun resumes or refuses."
     path = Path(path)
     if target is None: return read_responses(path)
     done = _resume_responses(path, responses_key(target, prompts, max_new_tokens, chat), target, prompts, chat)
     todo = list(prompts)[len(done):]
-    with tqdm(total=len(prompts), initial=len(done), desc="responses", unit="prompt", disable=not todo) as bar, open(path, "a") as f:
+    bar = tqdm(total=len(prompts), initial=len(done), desc="responses", unit="prompt", disable=not todo)
+    with bar, open(path, "a") as f:
         for chunk in _chunks(todo, batch_size * 4):
             new = generate_responses(target, chunk, max_new_tokens, batch_size, chat=chat, on_batch=bar.update)
             f.write("".join(json.dumps(_jsonable(s)) + "\n" for s in new)); f.flush(); os.fsync(f.fileno())
             done += new
     return done
 
-# %% ../nbs/03_extract.ipynb #10d6e844
+# %% ../nbs/03_extract.ipynb #af889ebe
 @contextmanager
 def _cli_errors(prog: str):
     "A bad input (ValueError, OSError) ends the command with one line on stderr and exit status 1, no traceback."
@@ -747,7 +754,7 @@ def extract_main(argv=None) -> None:
     a = extract_parser().parse_args(argv)
     with _cli_errors("dflash-extract"): _extract(a)
 
-# %% ../nbs/03_extract.ipynb #89832698
+# %% ../nbs/03_extract.ipynb #ef18fd2a
 def import_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="dflash-import", description="Convert a folder of legacy per-sample .pt files (aux_hidden "
                                  "[1,T,n*H], last_hidden [1,T,H], input_ids [1,T], optional loss_mask [1,T]) into a hidden-state "
@@ -772,15 +779,17 @@ def import_parser() -> argparse.ArgumentParser:
     ap.add_argument("--samples-per-shard", type=int, default=64, help="samples per safetensors shard (default: 64)")
     return ap
 
-# %% ../nbs/03_extract.ipynb #454a9926
+# %% ../nbs/03_extract.ipynb #5afacac2
 def _import(a):
     from dflash_nb.target import load_target
     if a.check and not a.target: raise ValueError("--check needs --target: the live model to re-extract with.")
     target = load_target(a.target, device="cpu") if a.target else a.target_hash
     out = import_legacy_pt_cache(a.src, a.out, a.aux_layers, a.last_layer, a.convention, dtype=CACHE_DTYPES[a.dtype],
-                                 samples_per_shard=a.samples_per_shard, last_hidden=a.last_hidden, target=target, prompt_len=a.prompt_len)
+                                 samples_per_shard=a.samples_per_shard, last_hidden=a.last_hidden, target=target,
+                                 prompt_len=a.prompt_len)
     c = HiddenStateCache(out)
-    print(f"cache: {out} ({len(c)} samples, taps {c.tap_ids}{' + final' if c.has_final else ''}, target {c.target_hash or 'unknown'})")
+    final = " + final" if c.has_final else ""
+    print(f"cache: {out} ({len(c)} samples, taps {c.tap_ids}{final}, target {c.target_hash or 'unknown'})")
     for r in (check_legacy_last(c, target, a.check) if a.check else []): print(f"  {r['tap']!s:<24} rel_l2 {r['rel_l2']:.3g}")
 
 def import_main(argv=None) -> None:
