@@ -595,9 +595,11 @@ def _warn_misread(cache, rows: list[dict]):
 @torch.no_grad()
 def check_legacy_last(cache: HiddenStateCache, target, n: int = 2) -> list[dict]:
     "Re-extract `n` samples of a legacy import with `target`: errors per stored tap, `final`, and each reading of last_hidden."
-    if "legacy" not in cache.manifest: raise ValueError(f"Cache {cache.path} is not a legacy import: compare it with tap_parity.")
+    leg = cache.manifest.get("legacy")
+    if not isinstance(leg, dict) or leg.get("last_hidden") not in LEGACY_LAST:
+        raise ValueError(f"Cache {cache.path} is not a legacy import (its manifest has no valid `legacy` record): compare it with tap_parity.")
     check_compatible(cache, target.config_hash)
-    leg, norm, stats, H = cache.manifest["legacy"], target.model.get_decoder().norm, {}, cache.hidden_size
+    norm, stats, H = target.model.get_decoder().norm, {}, cache.hidden_size
     for i in range(min(n, len(cache))):
         r = cache[i]
         live = extract_samples(target, [r], cache.tap_ids, cache.convention, True, torch.float32)[0]
