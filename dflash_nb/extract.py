@@ -6,7 +6,7 @@ Docs: https://dflash-nb.github.io/dflash_nb/extract.html.md"""
 
 # %% ../nbs/03_extract.ipynb #9aab8e74
 from __future__ import annotations
-import argparse, ctypes, hashlib, json, os, re, shutil
+import argparse, ctypes, hashlib, json, os, re, shutil, sys, warnings
 from bisect import bisect_right
 from contextlib import contextmanager
 from itertools import accumulate, islice
@@ -21,16 +21,17 @@ from .config import TAP_CONVENTION, TAP_CONVENTIONS, hidden_state_index
 
 # %% auto #0
 __all__ = ['CACHE_FORMAT', 'CACHE_VERSION', 'MANIFEST', 'CACHE_DTYPES', 'MANIFEST_FIELDS', 'SHARD_FIELDS', 'LEGACY_KEYS',
-           'prompt_token_ids', 'eos_token_ids', 'generate_responses', 'check_tap_ids', 'tap_sites', 'capture_layers',
-           'extract_taps', 'extract_samples', 'cache_header', 'atomic_write', 'file_sha256', 'write_shard',
-           'CacheShardError', 'check_shard', 'read_manifest', 'check_output_dir', 'release_freed_memory', 'write_cache',
-           'extract_to_cache', 'HiddenStateCache', 'select_taps', 'check_compatible', 'OnlineHiddenStates',
-           'read_legacy_sample', 'import_legacy_pt_cache', 'tap_parity', 'compare_extractions', 'read_prompt_file',
-           'cached_responses', 'extract_parser', 'extract_main']
+           'LEGACY_LAST', 'prompt_token_ids', 'eos_token_ids', 'generate_responses', 'check_tap_ids', 'tap_sites',
+           'capture_layers', 'extract_taps', 'extract_samples', 'cache_header', 'atomic_write', 'file_sha256',
+           'write_shard', 'CacheShardError', 'check_shard', 'read_manifest', 'check_output_dir', 'release_freed_memory',
+           'write_cache', 'extract_to_cache', 'resolve_cache_dir', 'HiddenStateCache', 'select_taps',
+           'check_compatible', 'OnlineHiddenStates', 'read_legacy_sample', 'import_legacy_pt_cache', 'tap_parity',
+           'compare_extractions', 'check_legacy_last', 'read_prompt_file', 'responses_key', 'read_responses',
+           'cached_responses', 'extract_parser', 'extract_main', 'import_parser', 'import_main']
 
 # %% ../nbs/03_extract.ipynb #52e32ffb
-def prompt_token_ids(target, prompt) -> list[int]:
-    "Token ids of one prompt: ids pass through; text goes through the chat template of `target.tokenizer` (raw if it has none)."
+def prompt_token_ids(target, prompt, chat: bool = True) -> list[int]:
+    "Token ids of one prompt: ids pass through; text goes through `target.tokenizer`'s chat template (if any, and `chat`)."
     if isinstance(prompt, dict): prompt = prompt["prompt"]
     if torch.is_tensor(prompt): return prompt.flatten().tolist()
     if not isinstance(prompt, str): return [int(t) for t in prompt]
@@ -38,8 +39,9 @@ def prompt_token_ids(target, prompt) -> list[int]:
     if tok is None:
         raise ValueError(f"Prompt {prompt[:40]!r} is text but target {target.name!r} has no tokenizer: "
                          "pass token-id lists, or load the target with its tokenizer.")
-    if getattr(tok, "chat_template", None):
-        prompt = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+    if chat and getattr(tok, "chat_template", None):
+        msgs = [{"role": "user", "content": prompt}]
+        prompt = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
         return tok(prompt, add_special_tokens=False)["input_ids"]
     return tok(prompt)["input_ids"]
 
@@ -49,12 +51,13 @@ def _chunks(items, n: int):
     it = iter(items)
     while chunk := list(islice(it, n)): yield chunk
 
-def _batched_by_length(items: list, batch_size: int, length, run) -> list:
-    "`run(batch)` over batches of similar `length`; the results in the order of `items`."
+def _batched_by_length(items: list, batch_size: int, length, run, done=None) -> list:
+    "`run(batch)` over batches of similar `length`; the results in the order of `items`. `done(n)` after each batch."
     order = sorted(range(len(items)), key=lambda i: length(items[i]))
     out = [None] * len(items)
     for idx in _chunks(order, batch_size):
         for i, r in zip(idx, run([items[i] for i in idx])): out[i] = r
+        if done is not None: done(len(idx))
     return out
 
 # %% ../nbs/03_extract.ipynb #20d59932
@@ -80,14 +83,15 @@ def _cut_at_eos(tokens: list[int], eos: list[int]) -> list[int]:
     return next((tokens[:j + 1] for j, t in enumerate(tokens) if t in eos), tokens)
 
 # %% ../nbs/03_extract.ipynb #c5fb530e
-def generate_responses(target, prompts, max_new_tokens: int = 256, batch_size: int = 8, eos_token_id=None) -> list[dict]:
+def generate_responses(target, prompts, max_new_tokens: int = 256, batch_size: int = 8, eos_token_id=None,
+                       chat: bool = True, on_batch=None) -> list[dict]:
     "Greedy responses of `target`; per prompt a record of prompt+response `input_ids` and a `loss_mask` on the response."
     eos = eos_token_ids(target) if eos_token_id is None else _as_ids(eos_token_id)
     pad = getattr(target.tokenizer, "pad_token_id", None)
     pad = pad if pad is not None else (eos[0] if eos else 0)
-    ps = [prompt_token_ids(target, p) for p in prompts]
+    ps = [prompt_token_ids(target, p, chat) for p in prompts]
     run = lambda b: _greedy_batch(target.model, b, max_new_tokens, pad, eos)
-    resp = _batched_by_length(ps, batch_size, len, run)
+    resp = _batched_by_length(ps, batch_size, len, run, on_batch)
     return [{"input_ids": torch.tensor(p + r), "loss_mask": torch.tensor([0] * len(p) + [1] * len(r)),
              **({"id": q["id"]} if isinstance(q, dict) and "id" in q else {})} for q, p, r in zip(prompts, ps, resp)]
 
@@ -228,7 +232,8 @@ def check_shard(cache_dir, entry: dict, m: dict, checksum: bool = False):
 def read_manifest(path) -> dict:
     "The manifest of the cache directory `path`, its format and version checked."
     f = Path(path) / MANIFEST
-    if not f.exists(): raise FileNotFoundError(f"No {MANIFEST} in {path}: not a hidden-state cache (make one with extract_to_cache).")
+    if not f.exists(): raise FileNotFoundError(f"No {MANIFEST} in {path}: not a hidden-state cache (make one with dflash-extract, "
+                                         "whose --out folder holds it in OUT/cache, or dflash-import).")
     try: m = json.loads(f.read_text())
     except json.JSONDecodeError as e: raise ValueError(f"{f} is not valid JSON ({e.msg}): the manifest is damaged; re-extract the cache.") from None
     if not isinstance(m, dict): raise ValueError(f"{f} is not a manifest object: the manifest is damaged; re-extract the cache.")
@@ -239,7 +244,8 @@ def read_manifest(path) -> dict:
     for e in m["shards"]: _check_fields(e, SHARD_FIELDS, f"{f} (a shard entry)")
     return m
 
-MANIFEST_FIELDS = dict(target_name=str, target_hash=str, num_target_layers=(int, type(None)), hidden_size=int, tap_ids=list, tap_convention=str,
+MANIFEST_FIELDS = dict(target_name=str, target_hash=(str, type(None)),
+                       num_target_layers=(int, type(None)), hidden_size=int, tap_ids=list, tap_convention=str,
                        dtype=str, has_final=bool, samples_per_shard=int, complete=bool, shards=list)
 SHARD_FIELDS = dict(index=int, file=str, lengths=list, bytes=int, sha256=str, samples=str)
 
@@ -326,11 +332,16 @@ def extract_to_cache(target, samples, out_dir, tap_ids, convention: str = TAP_CO
     return write_cache(out_dir, header, map(_as_sample, samples), make, _ids_identity, progress)
 
 # %% ../nbs/03_extract.ipynb #a5b70050
+def resolve_cache_dir(path) -> Path:
+    "`path`, or `path/cache` when `path` is a `dflash-extract --out` folder (a cache inside, no manifest of its own)."
+    p = Path(path)
+    return p / "cache" if not (p / MANIFEST).exists() and (p / "cache" / MANIFEST).exists() else p
+
 class HiddenStateCache:
     "A hidden-state cache directory, read lazily: `cache[i]` is one sample's input_ids, loss_mask, taps (and final)."
     def __init__(self, path, checksum: bool = False, allow_partial: bool = False):
-        self.path, self.manifest = Path(path), read_manifest(path)
-        m = self.manifest
+        self.given, self.path = Path(path), resolve_cache_dir(path)
+        self.manifest = m = read_manifest(self.path)
         if not (m["complete"] or allow_partial):
             raise ValueError(f"{path}: extraction has not finished ({len(m['shards'])} shards so far); re-run it to resume, "
                              "or pass allow_partial=True to read what is there.")
@@ -342,7 +353,10 @@ class HiddenStateCache:
         self._cum = list(accumulate(self.lengths, initial=0))
 
     def __len__(self): return len(self.lengths)
-    def __repr__(self): return f"HiddenStateCache({self.path.name}: {len(self)} samples, {sum(self.lengths)} tokens, taps {self.tap_ids})"
+    def __repr__(self):
+        where = self.path.name if self.path == self.given else f"{self.given.name}/cache"
+        unknown = ", target unknown" if self.target_hash is None else ""
+        return f"HiddenStateCache({where}: {len(self)} samples, {sum(self.lengths)} tokens, taps {self.tap_ids}{unknown})"
 
 # %% ../nbs/03_extract.ipynb #2981632b
 @patch
@@ -378,7 +392,11 @@ def taps_for(self: HiddenStateCache, i: int, layer_ids) -> torch.Tensor:
 # %% ../nbs/03_extract.ipynb #f8484ed6
 def check_compatible(cache: HiddenStateCache, target_hash: str | None = None, tap_ids=None, convention: str | None = None) -> HiddenStateCache:
     "`cache`, or a ValueError if it comes from another target, uses another tap convention, or lacks some of `tap_ids`."
-    if target_hash is not None and cache.target_hash != target_hash:
+    if target_hash is not None and cache.target_hash is None:
+        warnings.warn(f"Cache {cache.path} does not record its target's fingerprint (imported without a target), so it cannot "
+                      f"be checked against target {target_hash}. Re-import it with the target to record it: "
+                      "import_legacy_pt_cache(..., target=target) or dflash-import --target DIR.", UserWarning, stacklevel=2)
+    elif target_hash is not None and cache.target_hash != target_hash:
         raise ValueError(f"Cache {cache.path} was extracted from target {cache.target_name!r} (config hash {cache.target_hash}), "
                          f"not from the target with hash {target_hash}: re-extract it with this target.")
     if convention is not None and cache.convention != convention:
@@ -410,42 +428,116 @@ LEGACY_KEYS = {"aux": ("aux_hidden", "aux_hidden_states", "aux_hidden_state"),
                "last": ("last_hidden", "last_hidden_states", "last_hidden_state", "hidden_states", "hidden_state"),
                "input_ids": ("input_ids",), "loss_mask": ("loss_mask",)}
 
-def _legacy_get(d: dict, role: str, path, dims: int) -> torch.Tensor:
-    "The `role` tensor of a legacy sample, its leading batch dim of 1 dropped."
+def _legacy_get(d: dict, role: str, path, dims: int, optional: bool = False):
+    "(key, tensor) of the `role` tensor of a legacy sample, its leading batch dim of 1 dropped; (None, None) if optional and absent."
     k = next((k for k in LEGACY_KEYS[role] if k in d), None)
+    if k is None and optional: return None, None
     if k is None: raise ValueError(f"{path} has no {role} tensor (looked for {LEGACY_KEYS[role]}; it holds {sorted(d)}).")
     t = d[k]
     if t.dim() == dims + 1 and t.shape[0] == 1: t = t[0]
     if t.dim() != dims: raise ValueError(f"{path}: {k!r} has shape {list(t.shape)}; expected one sample ([1,] {'T, width' if dims == 2 else 'T'}).")
-    return t
+    return k, t
+
+# %% ../nbs/03_extract.ipynb #3d39fc94
+LEGACY_LAST = {"tap": "the output of decoder layer last_layer_id, stored as that tap",
+               "final": "the output of the target's last decoder layer before its final norm, stored as `final`",
+               "normed": "the target's final normed state (HF hidden_states[-1]), stored as `final` (needs the target)"}
+
+def _check_last_hidden(last_hidden, last_layer_id):
+    "A ValueError unless `last_hidden` names one of LEGACY_LAST, with `last_layer_id` given exactly for 'tap'."
+    if last_hidden not in LEGACY_LAST:
+        kinds = "; ".join(f"{k!r}: {v}" for k, v in LEGACY_LAST.items())
+        raise ValueError(f"last_hidden={last_hidden!r}: say what the files' last_hidden holds, one of {kinds}. "
+                         "Not sure? Import it, then check_legacy_last(cache, target) compares it with a live target.")
+    if last_hidden == "tap" and last_layer_id is None:
+        raise ValueError("last_hidden='tap' needs last_layer_id: the decoder layer whose output last_hidden is.")
+    if last_hidden != "tap" and last_layer_id is not None:
+        raise ValueError(f"last_layer_id={last_layer_id} is only for last_hidden='tap'; with {last_hidden!r} it is not a tap.")
+
+# %% ../nbs/03_extract.ipynb #74bb2124
+def _check_lengths(path, ts: dict):
+    "A ValueError naming `path` and every tensor's length unless all of `ts` ({key: tensor}) share their first dim T."
+    lens = {k: len(t) for k, t in ts.items() if k is not None}
+    if len(set(lens.values())) > 1:
+        each = ", ".join(f"{k} {n}" for k, n in lens.items())
+        raise ValueError(f"{path}: its tensors hold different numbers of tokens ({each}); each must cover the same T tokens: "
+                         "re-export this sample, or leave it out.")
+
+def _default_loss_mask(T: int, prompt_len: int | None, path) -> torch.Tensor:
+    "The loss mask of a file without one: every position, or every position from `prompt_len` on."
+    if prompt_len is None: return torch.ones(T, dtype=torch.long)
+    if not 0 <= prompt_len < T:
+        raise ValueError(f"{path}: prompt_len={prompt_len} leaves no supervised token of its {T}; give a smaller prompt_len.")
+    return (torch.arange(T) >= prompt_len).long()
+
+# %% ../nbs/03_extract.ipynb #6f405fd2
+def _unnorm(y: torch.Tensor, norm) -> torch.Tensor:
+    "The pre-norm rows `x` with `norm(x) == y`, for an RMSNorm `norm` (any weight parametrisation), as float32."
+    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
+    if eps is None: raise ValueError(f"The target's final norm {type(norm).__name__} has no eps attribute: it cannot be inverted.")
+    p = next(norm.parameters())
+    w = norm(torch.ones(1, y.shape[-1], dtype=p.dtype, device=p.device))[0].double().cpu() * (1 + eps) ** 0.5
+    if (w == 0).any(): raise ValueError("The target's final norm has zero weights: a normed state cannot be mapped back.")
+    u = y.double() / w                                                # = x / sqrt(mean(x^2) + eps)
+    q = u.pow(2).mean(-1, keepdim=True)                               # = m / (m + eps), m = mean(x^2)
+    return (u * (eps / (1 - q).clamp_min(1e-15)).sqrt()).float()     # * sqrt(m + eps) = x
 
 # %% ../nbs/03_extract.ipynb #74433a18
-def read_legacy_sample(path, aux_layer_ids, last_layer_id: int) -> dict:
-    "One legacy split-layout `.pt` sample as a cache record, its aux and last taps merged in ascending tap order."
+def read_legacy_sample(path, aux_layer_ids, last_layer_id: int | None = None, *, last_hidden: str | None = None,
+                       prompt_len: int | None = None, norm=None) -> dict:
+    "One legacy `.pt` sample as a cache record: aux (and a 'tap' last_hidden) in ascending tap order; `final` otherwise."
+    _check_last_hidden(last_hidden, last_layer_id)
+    if last_hidden == "normed" and norm is None:
+        raise ValueError("last_hidden='normed' needs the target's final norm (norm=..., or target= when importing).")
     d = torch.load(path, map_location="cpu", weights_only=True)
-    aux, last = _legacy_get(d, "aux", path, 2), _legacy_get(d, "last", path, 2)
+    (ka, aux), (kl, last) = _legacy_get(d, "aux", path, 2), _legacy_get(d, "last", path, 2)
+    (ki, ids), (km, mask) = _legacy_get(d, "input_ids", path, 1), _legacy_get(d, "loss_mask", path, 1, optional=True)
+    _check_lengths(path, {ka: aux, kl: last, ki: ids, km: mask})
     H = last.shape[-1]
     if aux.shape[-1] != len(aux_layer_ids) * H:
         raise ValueError(f"{path}: aux width {aux.shape[-1]} is not {len(aux_layer_ids)} aux layers x hidden size {H}.")
-    cols = {k: aux[:, j * H:(j + 1) * H] for j, k in enumerate(aux_layer_ids)} | {last_layer_id: last}
-    return {**_as_sample({"id": str(path), "input_ids": _legacy_get(d, "input_ids", path, 1), "loss_mask": _legacy_get(d, "loss_mask", path, 1)}),
-            "taps": torch.cat([cols[k] for k in sorted(cols)], -1)}
+    mask = _default_loss_mask(len(ids), prompt_len, path) if mask is None else mask
+    cols = {k: aux[:, j * H:(j + 1) * H] for j, k in enumerate(aux_layer_ids)}
+    if last_hidden == "tap": cols[last_layer_id] = last
+    rec = _as_sample({"id": str(path), "input_ids": ids, "loss_mask": mask}) | {"taps": torch.cat([cols[k] for k in sorted(cols)], -1)}
+    if last_hidden == "final": rec["final"] = last
+    if last_hidden == "normed": rec["final"] = _unnorm(last, norm)
+    return rec
 
 # %% ../nbs/03_extract.ipynb #7adb7faf
 def _natural_key(p: Path): return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)]
 
-def import_legacy_pt_cache(src_dir, out_dir, aux_layer_ids, last_layer_id: int, convention: str = TAP_CONVENTION,
+def _import_target(target, name: str, target_hash, num_target_layers) -> tuple:
+    "(name, config hash, depth, final norm) to record for an import from a `Target`, its config hash, or nothing."
+    if target is None or isinstance(target, str):
+        h = target if target_hash is None else target_hash
+        if target is not None and target_hash is not None and target != target_hash:
+            raise ValueError(f"target={target!r} and target_hash={target_hash!r} disagree: give one.")
+        return name, h, num_target_layers, None
+    if target_hash is not None and target_hash != target.config_hash:
+        raise ValueError(f"target_hash={target_hash!r} is not the config hash of target {target.name!r} ({target.config_hash}).")
+    return (target.name if name == "legacy" else name), target.config_hash, target.num_layers, target.model.get_decoder().norm
+
+# %% ../nbs/03_extract.ipynb #a1f0ff29
+def import_legacy_pt_cache(src_dir, out_dir, aux_layer_ids, last_layer_id: int | None = None, convention: str = TAP_CONVENTION,
                            target_name: str = "legacy", target_hash: str | None = None, num_target_layers: int | None = None,
-                           dtype: torch.dtype = torch.bfloat16, samples_per_shard: int = 64) -> Path:
-    "Convert a directory of split-layout `.pt` samples into a fused cache (all taps, ascending) at `out_dir`."
+                           dtype: torch.dtype = torch.bfloat16, samples_per_shard: int = 64, *, last_hidden: str | None = None,
+                           target=None, prompt_len: int | None = None) -> Path:
+    "Convert a directory of legacy `.pt` samples into a cache at `out_dir`; `last_hidden` says what the files' last_hidden is."
+    _check_last_hidden(last_hidden, last_layer_id)
+    name, h, depth, norm = _import_target(target, target_name, target_hash, num_target_layers)
     files = sorted(Path(src_dir).glob("*.pt"), key=_natural_key)
     if not files: raise FileNotFoundError(f"No .pt files in {src_dir}.")
-    tap_ids = sorted([*aux_layer_ids, last_layer_id])
+    tap_ids = sorted([*aux_layer_ids, *([last_layer_id] if last_hidden == "tap" else [])])
     if len(set(tap_ids)) != len(tap_ids): raise ValueError(f"aux_layer_ids {list(aux_layer_ids)} and last_layer_id {last_layer_id} overlap.")
-    H = read_legacy_sample(files[0], aux_layer_ids, last_layer_id)["taps"].shape[-1] // len(tap_ids)
-    header = cache_header(target_name, target_hash, num_target_layers, H, tap_ids, convention, dtype, False, samples_per_shard)
-    make = lambda chunk: [read_legacy_sample(f, aux_layer_ids, last_layer_id) for f in chunk]
-    return write_cache(out_dir, header, files, make, lambda chunk: [f.name for f in chunk])
+    if depth is not None: check_tap_ids(tap_ids, depth)
+    read = lambda f: read_legacy_sample(f, aux_layer_ids, last_layer_id, last_hidden=last_hidden, prompt_len=prompt_len, norm=norm)
+    H = read(files[0])["taps"].shape[-1] // len(tap_ids)
+    if norm is not None and H != target.hidden_size:
+        raise ValueError(f"{files[0]}: hidden size {H}, but target {target.name!r} has {target.hidden_size}.")
+    header = cache_header(name, h, depth, H, tap_ids, convention, dtype, last_hidden != "tap", samples_per_shard)
+    header["legacy"] = {"last_hidden": last_hidden, "last_layer_id": last_layer_id, "aux_layer_ids": list(aux_layer_ids)}
+    return write_cache(out_dir, header, files, lambda chunk: [read(f) for f in chunk], lambda chunk: [f.name for f in chunk])
 
 # %% ../nbs/03_extract.ipynb #51b50414
 def _accumulate(stats: dict, key, a: torch.Tensor, b: torch.Tensor):
@@ -482,6 +574,46 @@ def compare_extractions(target_a, target_b, samples, tap_ids, convention: str = 
         for x, y in zip(ra, rb): _record_errors(stats, x, y, tap_ids, target_a.hidden_size)
     return _parity_table(stats)
 
+# %% ../nbs/03_extract.ipynb #c7b4c32e
+def _as_in_files(cache, r: dict, norm) -> torch.Tensor:
+    "Record `r`'s last_hidden as it was in the legacy files, undone from how the import stored it."
+    leg = cache.manifest["legacy"]
+    if leg["last_hidden"] == "tap": return select_taps(r["taps"], cache.tap_ids, [leg["last_layer_id"]], cache.hidden_size)
+    return norm(r["final"].float()).float() if leg["last_hidden"] == "normed" else r["final"].float()
+
+def _warn_misread(cache, rows: list[dict]):
+    leg = cache.manifest["legacy"]
+    err = {r["tap"].removeprefix("last_hidden as "): r["rel_l2"] for r in rows if str(r["tap"]).startswith("last_hidden as ")}
+    mine = f"tap {leg['last_layer_id']}" if leg["last_hidden"] == "tap" else leg["last_hidden"]
+    best = min(err, key=err.get)
+    if best != mine and err[best] < err[mine] / 2:
+        fix = "last_hidden='tap' with its last_layer_id" if best.startswith("tap") else f"last_hidden={best!r}"
+        warnings.warn(f"{cache.path}: the files' last_hidden reads as {best} (relative error {err[best]:.2g}), not as imported "
+                      f"({mine}: {err[mine]:.2g}): re-import with {fix}.", UserWarning, stacklevel=3)
+
+# %% ../nbs/03_extract.ipynb #5ec2fa90
+@torch.no_grad()
+def check_legacy_last(cache: HiddenStateCache, target, n: int = 2) -> list[dict]:
+    "Re-extract `n` samples of a legacy import with `target`: errors per stored tap, `final`, and each reading of last_hidden."
+    leg = cache.manifest.get("legacy")
+    if not isinstance(leg, dict) or leg.get("last_hidden") not in LEGACY_LAST:
+        raise ValueError(f"Cache {cache.path} is not a legacy import (its manifest has no valid `legacy` record): compare it with tap_parity.")
+    check_compatible(cache, target.config_hash)
+    norm, stats, H = target.model.get_decoder().norm, {}, cache.hidden_size
+    for i in range(min(n, len(cache))):
+        r = cache[i]
+        live = extract_samples(target, [r], cache.tap_ids, cache.convention, True, torch.float32)[0]
+        stored = r | ({"final": norm(r["final"].float()).float()} if cache.has_final else {})
+        _record_errors(stats, live | {"final": norm(live["final"]).float()}, stored, cache.tap_ids, H)
+        readings = {"final": live["final"], "normed": norm(live["final"]).float()}
+        if leg["last_hidden"] == "tap":
+            k = leg["last_layer_id"]
+            readings = {f"tap {k}": select_taps(live["taps"], cache.tap_ids, [k], H)} | readings
+        for name, x in readings.items(): _accumulate(stats, f"last_hidden as {name}", x, _as_in_files(cache, r, norm))
+    rows = _parity_table(stats)
+    _warn_misread(cache, rows)
+    return rows
+
 # %% ../nbs/03_extract.ipynb #601f2567
 def read_prompt_file(path) -> list[dict]:
     "The `{'id', 'prompt'}` rows of a JSON-lines prompt file; a missing, empty or malformed file is a clear error."
@@ -497,18 +629,93 @@ def read_prompt_file(path) -> list[dict]:
     if not rows: raise ValueError(f"{path} holds no prompts: add one JSON object per line, e.g. {{\"id\": \"p0\", \"prompt\": \"def f(x):\"}}.")
     return rows
 
-# %% ../nbs/03_extract.ipynb #7bde36f5
-def cached_responses(target, prompts: list, path, max_new_tokens: int, batch_size: int) -> list[dict]:
-    "Greedy responses to `prompts`, kept as JSON lines at `path` and read back from there on a rerun."
+# %% ../nbs/03_extract.ipynb #e7871640
+def _jsonable(x):
+    "`x` with tensors as lists, for JSON."
+    if torch.is_tensor(x): return x.tolist()
+    if isinstance(x, dict): return {k: _jsonable(v) for k, v in x.items()}
+    return [_jsonable(v) for v in x] if isinstance(x, (list, tuple)) else x
+
+def responses_key(target, prompts: list, max_new_tokens: int, chat: bool = True) -> dict:
+    "What a responses file depends on: the prompts (content hash and count), max_new_tokens, the target, chat or raw."
+    digest = hashlib.sha256(json.dumps(_jsonable(list(prompts)), sort_keys=True).encode()).hexdigest()[:16]
+    return dict(prompts=digest, n_prompts=len(prompts), max_new_tokens=max_new_tokens, target=target.config_hash, chat=chat)
+
+def _key_path(path: Path) -> Path: return path.with_name(path.stem + ".key.json")
+
+# %% ../nbs/03_extract.ipynb #8cfb77ad
+def read_responses(path) -> list[dict]:
+    "The records of a responses file; a last line without its newline (a kill mid-write) is left out."
     path = Path(path)
-    if path.exists():
-        return [{k: torch.tensor(v) if k != "id" else v for k, v in json.loads(l).items()} for l in path.read_text().splitlines() if l.strip()]
+    if not path.exists(): raise FileNotFoundError(f"No responses file at {path}.")
     out = []
-    for chunk in tqdm(list(_chunks(prompts, batch_size * 4)), desc="responses"):
-        out += generate_responses(target, chunk, max_new_tokens=max_new_tokens, batch_size=batch_size)
-    text = "\n".join(json.dumps({k: v.tolist() if torch.is_tensor(v) else v for k, v in s.items()}) for s in out) + "\n"
-    atomic_write(path, lambda p: p.write_text(text))
+    for n, line in enumerate(path.read_text().split("\n")[:-1], 1):
+        if not line.strip(): continue
+        try: d = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{n} is not JSON ({e.msg}): delete the file to regenerate it.") from None
+        out.append({k: v if k == "id" else torch.tensor(v) for k, v in d.items()})
     return out
+
+def _drop_torn_tail(path: Path):
+    "Cut `path` back to its last complete line."
+    data = path.read_bytes()
+    if (keep := data.rfind(b"\n") + 1) < len(data):
+        with open(path, "rb+") as f: f.truncate(keep)
+
+# %% ../nbs/03_extract.ipynb #c9adcee6
+def _check_unkeyed(path: Path, records: list, target, prompts: list, chat: bool) -> list:
+    "The records of a responses file without a key file, if they answer `prompts`; warns that the rest is unchecked."
+    fix = f"delete {path} to regenerate it, or use another --out"
+    if len(records) != len(prompts):
+        raise ValueError(f"{path} holds {len(records)} responses for {len(prompts)} prompts, and no key file: {fix}.")
+    ps = [prompt_token_ids(target, p, chat) for p in prompts]
+    bad = [i for i, (r, p) in enumerate(zip(records, ps)) if r["input_ids"][:len(p)].tolist() != p]
+    if bad: raise ValueError(f"{path}: responses {bad[:5]} do not start with their prompts' tokens (other prompts?): {fix}.")
+    warnings.warn(f"{path} has no key file (an older dflash_nb made it): it answers these prompts, but the target and "
+                  f"max_new_tokens that made it cannot be checked; {fix} if either changed.", UserWarning, stacklevel=3)
+    return records
+
+def _resume_responses(path: Path, key: dict, target, prompts: list, chat: bool) -> list:
+    "The responses in `path` if its key file matches `key` (a new key file if there are none); else an error naming what differs."
+    kp = _key_path(path)
+    if not path.exists():
+        atomic_write(kp, lambda p: p.write_text(json.dumps(key)))
+        return []
+    if not kp.exists(): return _check_unkeyed(path, read_responses(path), target, prompts, chat)
+    old = json.loads(kp.read_text())
+    if diff := [f"{k} {old.get(k)!r} in the file, {v!r} now" for k, v in key.items() if old.get(k) != v]:
+        raise ValueError(f"{path} was made with other settings ({'; '.join(diff)}): delete {path} and {kp.name} to "
+                         "regenerate, or use another --out.")
+    _drop_torn_tail(path)
+    done = read_responses(path)
+    if len(done) > len(prompts):
+        raise ValueError(f"{path} holds {len(done)} responses for {len(prompts)} prompts: delete it to regenerate.")
+    return done
+
+# %% ../nbs/03_extract.ipynb #7bde36f5
+def cached_responses(target, prompts: list, path, max_new_tokens: int, batch_size: int, chat: bool = True) -> list[dict]:
+    "Greedy responses to `prompts`, appended to JSON lines at `path` as they finish; a rerun resumes or refuses."
+    path = Path(path)
+    if target is None: return read_responses(path)
+    done = _resume_responses(path, responses_key(target, prompts, max_new_tokens, chat), target, prompts, chat)
+    todo = list(prompts)[len(done):]
+    bar = tqdm(total=len(prompts), initial=len(done), desc="responses", unit="prompt", disable=not todo)
+    with bar, open(path, "a") as f:
+        for chunk in _chunks(todo, batch_size * 4):
+            new = generate_responses(target, chunk, max_new_tokens, batch_size, chat=chat, on_batch=bar.update)
+            f.write("".join(json.dumps(_jsonable(s)) + "\n" for s in new)); f.flush(); os.fsync(f.fileno())
+            done += new
+    return done
+
+# %% ../nbs/03_extract.ipynb #af889ebe
+@contextmanager
+def _cli_errors(prog: str):
+    "A bad input (ValueError, OSError) ends the command with one line on stderr and exit status 1, no traceback."
+    try: yield
+    except (ValueError, OSError) as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 # %% ../nbs/03_extract.ipynb #79b1f9a3
 def extract_parser() -> argparse.ArgumentParser:
@@ -516,29 +723,80 @@ def extract_parser() -> argparse.ArgumentParser:
                                  "cache its tapped hidden states (safetensors shards + manifest). Rerun to resume.")
     ap.add_argument("--target", required=True, help="HF causal-LM directory (trust_remote_code is never used)")
     ap.add_argument("--prompts", required=True, help='JSON-lines file of {"id", "prompt"} rows')
-    ap.add_argument("--out", required=True, help="cache directory (responses.jsonl is kept inside it)")
+    ap.add_argument("--out", required=True, help="output folder: the cache goes to OUT/cache, the responses to OUT/responses.jsonl "
+                    "(+ responses.key.json); HiddenStateCache, dflash-train --cache and dflash-eval --cache accept OUT or OUT/cache")
     ap.add_argument("--taps", type=int, nargs="*", help="tap ids, ascending (default: 5 evenly spaced, e.g. 1 16 31 46 61 for 64 layers)")
     ap.add_argument("--convention", default=TAP_CONVENTION, help=f"tap id convention (default: {TAP_CONVENTION} = HF hidden_states[k+1])")
     ap.add_argument("--max-new-tokens", type=int, default=256, help="response length limit (default: 256)")
     ap.add_argument("--batch-size", type=int, default=8, help="sequences per forward (default: 8)")
+    ap.add_argument("--raw-prompts", action="store_true", help="tokenize prompts as they are, without the tokenizer's chat template "
+                    "(base models, or prompts already formatted)")
     ap.add_argument("--dtype", choices=sorted(CACHE_DTYPES), default="bfloat16", help="storage dtype (default: bfloat16)")
     ap.add_argument("--no-final", action="store_true", help="do not store the final-layer states (only needed for KL training)")
     ap.add_argument("--backend", default="auto", help="linear-attention backend: auto, fla (CUDA+triton) or torch")
     ap.add_argument("--device", default="auto", help="auto (cuda when available), cpu or cuda")
     return ap
 
-def extract_main(argv=None) -> Path:
-    "Entry point of `dflash-extract`."
+def _extract(a) -> Path:
     from dflash_nb.config import default_target_layer_ids
     from dflash_nb.target import load_target
-    a = extract_parser().parse_args(argv)
     prompts, out = read_prompt_file(a.prompts), Path(a.out)
     device = "cuda" if a.device == "auto" and torch.cuda.is_available() else "cpu" if a.device == "auto" else a.device
     target = load_target(a.target, backend=a.backend, device=device)
     out.mkdir(parents=True, exist_ok=True)
-    samples = cached_responses(target, prompts, out / "responses.jsonl", a.max_new_tokens, a.batch_size)
+    samples = cached_responses(target, prompts, out / "responses.jsonl", a.max_new_tokens, a.batch_size, chat=not a.raw_prompts)
     taps = a.taps or default_target_layer_ids(target.num_layers)
     path = extract_to_cache(target, samples, out / "cache", taps, a.convention, CACHE_DTYPES[a.dtype], not a.no_final,
                             batch_size=a.batch_size, progress=True)
     print(f"cache: {path} ({len(samples)} samples, taps {taps})")
     return path
+
+def extract_main(argv=None) -> None:
+    "Entry point of `dflash-extract`: None (exit 0) on success; a bad input exits 1 with a one-line message."
+    a = extract_parser().parse_args(argv)
+    with _cli_errors("dflash-extract"): _extract(a)
+
+# %% ../nbs/03_extract.ipynb #ef18fd2a
+def import_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="dflash-import", description="Convert a folder of legacy per-sample .pt files (aux_hidden "
+                                 "[1,T,n*H], last_hidden [1,T,H], input_ids [1,T], optional loss_mask [1,T]) into a hidden-state "
+                                 "cache that dflash-train and dflash-eval read. Rerun to resume.")
+    ap.add_argument("--src", required=True, help="folder of .pt files, one per sample (natural order: data_2.pt before data_10.pt)")
+    ap.add_argument("--out", required=True, help="cache directory to write")
+    ap.add_argument("--aux-layers", type=int, nargs="+", required=True, metavar="K",
+                    help="target layer id of each H-wide block of aux_hidden, in the files' column order")
+    ap.add_argument("--last-hidden", required=True, choices=list(LEGACY_LAST),
+                    help="what last_hidden holds: " + "; ".join(f"{k}: {v}" for k, v in LEGACY_LAST.items()))
+    ap.add_argument("--last-layer", type=int, metavar="K", help="with --last-hidden tap: the decoder layer whose output it is")
+    ap.add_argument("--prompt-len", type=int, metavar="P", help="files without loss_mask: supervise positions P.. only "
+                    "(default: every position); a file's own loss_mask always wins")
+    who = ap.add_mutually_exclusive_group()
+    who.add_argument("--target", help="target model directory: records its fingerprint, name and depth (so training and "
+                     "evaluation check the cache against it); needed for --last-hidden normed and --check")
+    who.add_argument("--target-hash", help="the target's config hash, recorded when its weights are not at hand")
+    ap.add_argument("--check", type=int, default=0, metavar="N", help="after importing, re-extract N samples with --target and "
+                    "print each tap's and each last_hidden reading's relative error (default: 0, no check)")
+    ap.add_argument("--convention", default=TAP_CONVENTION, help=f"tap id convention (default: {TAP_CONVENTION} = HF hidden_states[k+1])")
+    ap.add_argument("--dtype", choices=sorted(CACHE_DTYPES), default="bfloat16", help="storage dtype (default: bfloat16)")
+    ap.add_argument("--samples-per-shard", type=int, default=64, help="samples per safetensors shard (default: 64)")
+    return ap
+
+# %% ../nbs/03_extract.ipynb #5afacac2
+def _import(a):
+    from dflash_nb.target import load_target
+    if a.check and not a.target: raise ValueError("--check needs --target: the live model to re-extract with.")
+    target = load_target(a.target, device="cpu") if a.target else a.target_hash
+    out = import_legacy_pt_cache(a.src, a.out, a.aux_layers, a.last_layer, a.convention, dtype=CACHE_DTYPES[a.dtype],
+                                 samples_per_shard=a.samples_per_shard, last_hidden=a.last_hidden, target=target,
+                                 prompt_len=a.prompt_len)
+    c = HiddenStateCache(out)
+    final = " + final" if c.has_final else ""
+    print(f"cache: {out} ({len(c)} samples, taps {c.tap_ids}{final}, target {c.target_hash or 'unknown'})")
+    for r in (check_legacy_last(c, target, a.check) if a.check else []): print(f"  {r['tap']!s:<24} rel_l2 {r['rel_l2']:.3g}")
+
+def import_main(argv=None) -> None:
+    "Entry point of `dflash-import`: None (exit 0) on success; a bad input exits 1 with a one-line message."
+    a = import_parser().parse_args(argv)
+    with _cli_errors("dflash-import"), warnings.catch_warnings():
+        warnings.simplefilter("always")
+        _import(a)
