@@ -7,23 +7,38 @@ Docs: https://dflash-nb.github.io/dflash_nb/diagnostics.html.md"""
 # %% ../nbs/08_diagnostics.ipynb #efe8a7e2
 from __future__ import annotations
 from dataclasses import replace
+from typing import NamedTuple
+import numpy as np
 import torch
 from .model import DFlashDraftModel, drafter_state_dict
 from .extract import HiddenStateCache, capture_layers, tap_sites
 from .eval import offline_tau, OfflineResult
 
 # %% auto #0
-__all__ = ['layer_rms_live', 'layer_rms_cache', 'plot_layer_norms', 'fc_blocks', 'fc_report', 'plot_fc_report',
-           'plot_tau_histogram', 'tap_transform', 'tap_means', 'tap_ablation', 'deepest_tap_share', 'plot_ablation',
-           'retrofit_fused']
+__all__ = ['RMSStats', 'rms_stats', 'layer_rms_live', 'layer_rms_cache', 'plot_layer_norms', 'fc_blocks', 'fc_report',
+           'plot_fc_report', 'plot_tau_histogram', 'tap_transform', 'tap_means', 'tap_ablation', 'deepest_tap_share',
+           'plot_ablation', 'retrofit_fused']
 
 # %% ../nbs/08_diagnostics.ipynb #afb13b00
+class RMSStats(NamedTuple):
+    "Per-token RMS over tokens: mean and std (sensitive to massive activations), median and the 10%/90% quantiles."
+    mean: float
+    std: float
+    median: float
+    q10: float
+    q90: float
+
+def rms_stats(rms: torch.Tensor) -> RMSStats:
+    "`RMSStats` of per-token RMS values (numpy's quantiles: no size limit, float64)."
+    v = rms.double().flatten().numpy()
+    return RMSStats(float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0, *map(float, np.quantile(v, [0.5, 0.1, 0.9])))
+
 def _summary(per_token: dict) -> dict:
-    return {k: (torch.cat(v).mean().item(), torch.cat(v).std().item()) for k, v in sorted(per_token.items())}
+    return {k: rms_stats(torch.cat(v)) for k, v in sorted(per_token.items())}
 
 @torch.no_grad()
 def layer_rms_live(target, input_ids: list) -> dict:
-    "{layer id: (mean, std) over tokens of the per-token RMS} for every decoder layer of a live `target`."
+    "{layer id: `RMSStats` over tokens of the per-token RMS} for every decoder layer of a live `target`."
     L, per = target.num_layers, {}
     for ids in input_ids:
         with capture_layers(target.decoder_layers, tap_sites(range(L), L)) as got:
@@ -32,7 +47,7 @@ def layer_rms_live(target, input_ids: list) -> dict:
     return _summary(per)
 
 def layer_rms_cache(cache: HiddenStateCache, indices=None) -> dict:
-    "{tap id: (mean, std) over tokens of the per-token RMS} for the taps stored in `cache`."
+    "{tap id: `RMSStats` over tokens of the per-token RMS} for the taps stored in `cache`."
     per = {}
     for i in (range(len(cache)) if indices is None else indices):
         for k in cache.tap_ids: per.setdefault(k, []).append(cache.taps_for(i, [k]).float().pow(2).mean(-1).sqrt())
@@ -40,14 +55,16 @@ def layer_rms_cache(cache: HiddenStateCache, indices=None) -> dict:
 
 # %% ../nbs/08_diagnostics.ipynb #be5a14cb
 def plot_layer_norms(norms: dict, taps=(), ax=None):
-    "Plot {label: {layer: (mean, std)}} on one axes (log scale), taps marked; returns the axes."
+    "Plot {label: {layer: `RMSStats`}} on one log axes: median line, 10-90% quantile band, taps marked; returns the axes."
     import matplotlib.pyplot as plt
     ax = ax or plt.subplots(figsize=(7, 3.5))[1]
     for label, n in norms.items():
-        ks = list(n); m = torch.tensor([n[k][0] for k in ks]); s = torch.tensor([n[k][1] for k in ks])
-        ax.plot(ks, m, "-o", ms=3, label=label); ax.fill_between(ks, (m - s).clamp(min=1e-6), m + s, alpha=0.2)
+        ks = list(n)
+        line, = ax.plot(ks, [n[k].median for k in ks], "-o", ms=3, label=f"{label}: median")
+        ax.fill_between(ks, [n[k].q10 for k in ks], [n[k].q90 for k in ks], color=line.get_color(), alpha=0.2, label=f"{label}: 10-90%")
     for t in taps: ax.axvline(t, color="grey", ls=":", lw=1)
-    ax.set(yscale="log", xlabel="target layer id (output of layer k)", ylabel="RMS per token", title="hidden-state norms (dotted: taps)")
+    ax.set(yscale="log", xlabel="target layer id (output of layer k)", ylabel="RMS per token (median, 10-90% band)",
+           title="hidden-state norms over tokens (dotted: taps)")
     ax.legend(fontsize=8)
     return ax
 
@@ -161,7 +178,9 @@ def retrofit_fused(model: DFlashDraftModel) -> DFlashDraftModel:
     "A fused drafter equal to split drafter `model` at step 0: fc gains zero columns for the deepest tap."
     c = model.config
     if c.fusion != "split": raise ValueError(f"retrofit_fused needs a split drafter; this one is {c.fusion!r}.")
-    new = DFlashDraftModel(replace(c, fusion="fused"), model.embed_tokens, model.lm_head).to(model.fc.weight.dtype)
+    new = DFlashDraftModel(replace(c, fusion="fused"), model.embed_tokens, model.lm_head)
+    for name in ("fc", "hidden_norm", "layers", "norm"):     # its own modules only: the borrowed ones are the target's
+        getattr(new, name).to(device=model.device, dtype=model.fc.weight.dtype)
     sd = drafter_state_dict(model)
     sd["fc.weight"] = torch.cat([sd["fc.weight"], torch.zeros_like(sd["fc.weight"][:, :c.hidden_size])], 1)
     new.load_state_dict(sd, strict=False)

@@ -16,10 +16,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers import LlamaConfig, Qwen3Config, Qwen3_5TextConfig
 
 # %% auto #0
-__all__ = ['TRANSIENT_CONFIG_KEYS', 'LINEAR_KERNEL_NAMES', 'LINEAR_BACKENDS', 'TINY_KINDS', 'TOKENIZER_FILES', 'config_hash',
-           'linear_attention_layers', 'resolved_kernel', 'torch_kernels', 'fla_kernels', 'fla_missing',
+__all__ = ['TRANSIENT_CONFIG_KEYS', 'LINEAR_KERNEL_NAMES', 'LINEAR_BACKENDS', 'TINY_KINDS', 'DTYPES', 'TOKENIZER_FILES',
+           'config_hash', 'linear_attention_layers', 'resolved_kernel', 'torch_kernels', 'fla_kernels', 'fla_missing',
            'use_linear_kernels', 'linear_kernels', 'resolve_backend', 'set_linear_backend', 'Target', 'as_target',
-           'tiny_config', 'tiny_target', 'load_tokenizer', 'load_target']
+           'tiny_config', 'tiny_target', 'as_dtype', 'checkpoint_dtype', 'load_tokenizer', 'load_target']
 
 # %% ../nbs/02_target.ipynb #4dd4c295
 TRANSIENT_CONFIG_KEYS = ("_name_or_path", "transformers_version", "dtype", "torch_dtype", "architectures",
@@ -155,6 +155,23 @@ def tiny_target(kind="qwen3_5", num_layers=8, hidden_size=64, vocab_size=256, se
         model = AutoModelForCausalLM.from_config(cfg)
     return as_target(model, None, f"tiny-{kind}", "auto")
 
+# %% ../nbs/02_target.ipynb #ae14a7d0
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+def as_dtype(dtype) -> torch.dtype:
+    "A torch dtype from a dtype or its name ('bfloat16', 'torch.bfloat16'); a ValueError for anything else."
+    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values(): return dtype
+    name = dtype.removeprefix("torch.") if isinstance(dtype, str) else None
+    if name not in DTYPES: raise ValueError(f"dtype={dtype!r}: use 'auto' or one of {list(DTYPES)}.")
+    return DTYPES[name]
+
+def checkpoint_dtype(path) -> torch.dtype:
+    "The dtype the HF checkpoint in `path` records in its config.json (float32 if none)."
+    raw = json.loads((Path(path) / "config.json").read_text())
+    for d in (raw, raw.get("text_config") or {}):
+        if name := d.get("dtype") or d.get("torch_dtype"): return as_dtype(name)
+    return torch.float32
+
 # %% ../nbs/02_target.ipynb #b0d0304b
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
@@ -164,10 +181,11 @@ def load_tokenizer(path: Path):
     return AutoTokenizer.from_pretrained(path, trust_remote_code=False, local_files_only=True)
 
 def load_target(path, backend="auto", dtype=torch.float32, device="cpu") -> Target:
-    "Load the HF causal LM in directory `path` as a frozen `Target` with linear-attention `backend`."
+    "Load the HF causal LM in `path` as a frozen `Target`; `dtype` a torch dtype, its name, or 'auto' (the checkpoint's)."
     path = Path(path)
     if not path.is_dir(): raise FileNotFoundError(f"Target directory {path} does not exist; pass a local HF model directory.")
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path} has no config.json, so it is not a Hugging Face model directory.")
+    dtype = checkpoint_dtype(path) if dtype == "auto" else as_dtype(dtype)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False, local_files_only=True)
     return as_target(model.to(device), load_tokenizer(path), path.name, backend)

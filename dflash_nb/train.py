@@ -6,7 +6,7 @@ Docs: https://dflash-nb.github.io/dflash_nb/train.html.md"""
 
 # %% ../nbs/04_train.ipynb #e829852e
 from __future__ import annotations
-import argparse, json, math, os, shutil, time, difflib, hashlib
+import argparse, json, math, os, shutil, sys, time, difflib, hashlib
 import yaml
 from fastcore.docments import docments
 from dataclasses import dataclass, field, asdict, fields
@@ -24,14 +24,14 @@ from .extract import (HiddenStateCache, OnlineHiddenStates, select_taps, check_c
                                read_prompt_file, cached_responses)
 
 # %% auto #0
-__all__ = ['LOSSES', 'SOURCES', 'SCHEDULES', 'PARALLELS', 'KINDS', 'WHOLE_ON_RANK0', 'RESUME_FREE', 'DRAFTER_KEYS', 'TrainConfig',
-           'length_grouped_batches', 'valid_anchors', 'sample_anchors', 'Batch', 'make_batch', 'slot_positions',
-           'target_logits', 'position_weights', 'prefix_correct', 'dflash_loss', 'acceptance_counts',
+__all__ = ['LOSSES', 'SOURCES', 'SCHEDULES', 'PARALLELS', 'KINDS', 'WHOLE_ON_RANK0', 'RESUME_FREE', 'OWN_MODULES', 'DRAFTER_KEYS',
+           'TrainConfig', 'length_grouped_batches', 'valid_anchors', 'sample_anchors', 'Batch', 'make_batch',
+           'slot_positions', 'target_logits', 'position_weights', 'prefix_correct', 'dflash_loss', 'acceptance_counts',
            'acceptance_metrics', 'noise_level', 'noisy_fc_input', 'lr_at', 'save_checkpoint', 'latest_checkpoint',
            'read_training_state', 'load_checkpoint', 'resolve_device', 'init_distributed', 'parallelize',
            'trainable_names', 'named_optimizer_state', 'numbered_optimizer_state', 'whole_weights',
-           'whole_optimizer_state', 'load_optimizer_state', 'drafter_config_for', 'loss_targets', 'step_loss',
-           'BatchPlan', 'step_generator', 'micro_step', 'optimizer_step', 'checkpoint_to_resume',
+           'whole_optimizer_state', 'load_optimizer_state', 'mask_token_hint', 'drafter_config_for', 'loss_targets',
+           'step_loss', 'BatchPlan', 'step_generator', 'micro_step', 'optimizer_step', 'checkpoint_to_resume',
            'restore_training_state', 'tensor_digest', 'weight_digest', 'checkpoint_weights', 'save_run_state',
            'online_taps', 'online_data', 'build_drafter', 'describe_run', 'train', 'read_metrics', 'check_keys',
            'load_train_config', 'train_parser', 'main']
@@ -351,6 +351,23 @@ def load_optimizer_state(model: DFlashDraftModel, opt, sd: dict, sharded: bool):
     if not sharded: return opt.load_state_dict(sd)
     set_optimizer_state_dict(model, opt, named_optimizer_state(sd, trainable_names(model)), options=StateDictOptions(full_state_dict=True))
 
+# %% ../nbs/04_train.ipynb #5151d9b4
+def _spare_specials(tok) -> list[tuple[int, str]]:
+    "(id, token) of special tokens that are not eos/bos/pad/unk and that the chat template does not write."
+    busy, template = {tok.eos_token_id, tok.bos_token_id, tok.pad_token_id, tok.unk_token_id}, str(tok.chat_template or "")
+    return [(i, str(t)) for i, t in sorted(tok.added_tokens_decoder.items()) if t.special and i not in busy and str(t) not in template]
+
+def mask_token_hint(target) -> str:
+    "Why the drafter has no mask token, which ids could be one, and the field to set."
+    tok, V, field = target.tokenizer, target.vocab_size, "drafter.mask_token_id (YAML: `drafter:` then `  mask_token_id: ID`)"
+    if tok is None: return (f"The target has no tokenizer, so the drafter's mask token is unknown: set {field} to an id in "
+                            f"0..{V - 1} that your data never contains.")
+    unused, spare = list(range(len(tok), V)), _spare_specials(tok)
+    if unused: what = f"ids {unused[0]}..{unused[-1]} are embedding rows no token maps to, e.g. {unused[0]}"
+    elif spare: what = "these special tokens are unused by the chat template: " + ", ".join(f"{i} ({t!r})" for i, t in spare[:5])
+    else: what = "every id is a token; pick one your data never contains (a rarely used special or reserved token)"
+    return f"The target's tokenizer has no <|mask|> token: set {field} to a reserved token id: {what}."
+
 # %% ../nbs/04_train.ipynb #3d0f1805
 def _mask_token_id(target) -> int | None:
     tok = target.tokenizer
@@ -366,8 +383,7 @@ def drafter_config_for(cfg: TrainConfig, target, data) -> DFlashConfig:
              head_dim=getattr(tc, "head_dim", tc.hidden_size // tc.num_attention_heads), intermediate_size=tc.intermediate_size,
              rms_norm_eps=tc.rms_norm_eps, rope_theta=float(rope), target_layer_ids=list(data.tap_ids), mask_token_id=_mask_token_id(target))
     d |= cfg.drafter | dict(hidden_size=target.hidden_size, vocab_size=target.vocab_size, num_target_layers=target.num_layers)
-    if d["mask_token_id"] is None:
-        raise ValueError("The target's tokenizer has no <|mask|> token: set drafter.mask_token_id to a reserved token id.")
+    if d["mask_token_id"] is None: raise ValueError(mask_token_hint(target))
     return DFlashConfig(**d)
 
 # %% ../nbs/04_train.ipynb #ffca6f83
@@ -517,11 +533,16 @@ def online_data(cfg: TrainConfig, target, tap_ids, rank: int = 0, world: int = 1
 # Metrics go to `out_dir/metrics.jsonl` (one JSON object per logged step) and to a progress bar on rank 0.
 
 # %% ../nbs/04_train.ipynb #987428f1
+OWN_MODULES = ("fc", "hidden_norm", "layers", "norm")   # what the drafter owns; the rest is the target's
+
 def build_drafter(cfg: TrainConfig, dc: DFlashConfig, target, device, world: int):
     "(model, what to run, optimizer, checkpoint to resume or None): a fresh or `init_from` drafter, its latest checkpoint's weights, parallelized."
     torch.manual_seed(cfg.seed)
     tm = target.model
-    model = DFlashDraftModel(dc, tm.get_input_embeddings(), tm.get_output_embeddings()).to(device)
+    if (at := tm.get_input_embeddings().weight.device) != torch.empty(0, device=device).device:
+        raise ValueError(f"The target is on {at} but the drafter trains on {device}: load the target there (load_target(..., device=...)).")
+    model = DFlashDraftModel(dc, tm.get_input_embeddings(), tm.get_output_embeddings())
+    for name in OWN_MODULES: getattr(model, name).to(device)   # never the borrowed embeddings and lm_head
     if cfg.init_from: model.load_state_dict(read_drafter_tensors(cfg.init_from), strict=False)
     ck = checkpoint_to_resume(cfg, world)
     if ck: model.load_state_dict(checkpoint_weights(ck), strict=False)
@@ -612,8 +633,8 @@ def train_parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", help="override device (auto, cpu, cuda)")
     return ap
 
-def main(argv=None):
-    "Entry point of `dflash-train`."
+def main(argv=None) -> None:
+    "Entry point of `dflash-train`: returns None (exit status 0) after training; a bad config or a failed run raises (status 1)."
     a = train_parser().parse_args(argv)
     cfg = load_train_config(a.config, out_dir=a.out_dir, steps=a.steps, device=a.device)
     try: ck = train(cfg)
@@ -622,4 +643,4 @@ def main(argv=None):
     if int(os.environ.get("RANK", "0")) == 0: print(f"last checkpoint: {ck}")
 
 # %% ../nbs/04_train.ipynb #87b58462
-if __name__ == "__main__": main()
+if __name__ == "__main__": sys.exit(main())
