@@ -178,10 +178,10 @@ def retrofit_fused(model: DFlashDraftModel) -> DFlashDraftModel:
     "A fused drafter equal to split drafter `model` at step 0: fc gains zero columns for the deepest tap."
     c = model.config
     if c.fusion != "split": raise ValueError(f"retrofit_fused needs a split drafter; this one is {c.fusion!r}.")
-    new = DFlashDraftModel(replace(c, fusion="fused"), model.embed_tokens, model.lm_head)
-    for name in ("fc", "hidden_norm", "layers", "norm"):     # its own modules only: the borrowed ones are the target's
-        getattr(new, name).to(device=model.device, dtype=model.fc.weight.dtype)
-    sd = drafter_state_dict(model)
+    sd = {k: v.clone() for k, v in drafter_state_dict(model).items()}     # its own tensors: dtype and device as they are
     sd["fc.weight"] = torch.cat([sd["fc.weight"], torch.zeros_like(sd["fc.weight"][:, :c.hidden_size])], 1)
-    new.load_state_dict(sd, strict=False)
+    with torch.device("meta"): new = DFlashDraftModel(replace(c, fusion="fused"))
+    new.load_state_dict(sd, strict=False, assign=True)
+    if model.embed_tokens is None: new.embed_tokens = new.lm_head = None   # no target yet: stays unable to draft
+    else: new.attach_shared(model.embed_tokens, model.lm_head)            # the target's modules, borrowed as they are
     return new

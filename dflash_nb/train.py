@@ -24,9 +24,9 @@ from .extract import (HiddenStateCache, OnlineHiddenStates, select_taps, check_c
                                read_prompt_file, cached_responses)
 
 # %% auto #0
-__all__ = ['LOSSES', 'SOURCES', 'SCHEDULES', 'PARALLELS', 'KINDS', 'WHOLE_ON_RANK0', 'RESUME_FREE', 'OWN_MODULES', 'DRAFTER_KEYS',
-           'TrainConfig', 'length_grouped_batches', 'valid_anchors', 'sample_anchors', 'Batch', 'make_batch',
-           'slot_positions', 'target_logits', 'position_weights', 'prefix_correct', 'dflash_loss', 'acceptance_counts',
+__all__ = ['LOSSES', 'SOURCES', 'SCHEDULES', 'PARALLELS', 'KINDS', 'WHOLE_ON_RANK0', 'RESUME_FREE', 'DRAFTER_KEYS', 'TrainConfig',
+           'length_grouped_batches', 'valid_anchors', 'sample_anchors', 'Batch', 'make_batch', 'slot_positions',
+           'target_logits', 'position_weights', 'prefix_correct', 'dflash_loss', 'acceptance_counts',
            'acceptance_metrics', 'noise_level', 'noisy_fc_input', 'lr_at', 'save_checkpoint', 'latest_checkpoint',
            'read_training_state', 'load_checkpoint', 'resolve_device', 'init_distributed', 'parallelize',
            'trainable_names', 'named_optimizer_state', 'numbered_optimizer_state', 'whole_weights',
@@ -533,16 +533,13 @@ def online_data(cfg: TrainConfig, target, tap_ids, rank: int = 0, world: int = 1
 # Metrics go to `out_dir/metrics.jsonl` (one JSON object per logged step) and to a progress bar on rank 0.
 
 # %% ../nbs/04_train.ipynb #987428f1
-OWN_MODULES = ("fc", "hidden_norm", "layers", "norm")   # what the drafter owns; the rest is the target's
-
 def build_drafter(cfg: TrainConfig, dc: DFlashConfig, target, device, world: int):
     "(model, what to run, optimizer, checkpoint to resume or None): a fresh or `init_from` drafter, its latest checkpoint's weights, parallelized."
     torch.manual_seed(cfg.seed)
     tm = target.model
     if (at := tm.get_input_embeddings().weight.device) != torch.empty(0, device=device).device:
         raise ValueError(f"The target is on {at} but the drafter trains on {device}: load the target there (load_target(..., device=...)).")
-    model = DFlashDraftModel(dc, tm.get_input_embeddings(), tm.get_output_embeddings())
-    for name in OWN_MODULES: getattr(model, name).to(device)   # never the borrowed embeddings and lm_head
+    model = DFlashDraftModel(dc, tm.get_input_embeddings(), tm.get_output_embeddings()).to(device)   # moves its own modules only
     if cfg.init_from: model.load_state_dict(read_drafter_tensors(cfg.init_from), strict=False)
     ck = checkpoint_to_resume(cfg, world)
     if ck: model.load_state_dict(checkpoint_weights(ck), strict=False)
