@@ -58,7 +58,7 @@ def _eos_set(eos_token_id) -> set:
     return set() if eos_token_id is None else {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id)
 
 def stop_ids(target: Target, eos_token_id=None) -> set:
-    "The ids a decode of `target` stops after: its own eos ids (`eos_token_ids`) for None, none for [], else `eos_token_id`."
+    "The ids a decode of `target` stops after: its eos ids (`eos_token_ids`) for None, none for [], else `eos_token_id`."
     return set(eos_token_ids(target)) if eos_token_id is None else _eos_set(eos_token_id)
 
 def finish(tokens: list[int], max_new_tokens: int, eos_token_id=None) -> list[int]:
@@ -69,7 +69,7 @@ def finish(tokens: list[int], max_new_tokens: int, eos_token_id=None) -> list[in
 # %% ../nbs/07_decode.ipynb #222cdd91
 @torch.no_grad()
 def greedy_generate(target: Target, prompt_ids, max_new_tokens: int, eos_token_id=None) -> dict:
-    "The target's own greedy decoding with its cache (stops after its eos; `eos_token_id=[]`: never): tokens, prefill and decode seconds."
+    "The target's greedy decoding with its cache, to its eos (`[]`: none): tokens, prefill and decode seconds."
     dev, eos, cache = target.model.device, stop_ids(target, eos_token_id), new_cache(target)
     def step(ids): return target.model(input_ids=ids.to(dev), cache=cache, use_cache=True, logits_to_keep=1).logits[0, -1].argmax().item()
     t0 = clock(dev)
@@ -209,10 +209,11 @@ def tree_round(s: Decoding, budget: int):
 # %% ../nbs/07_decode.ipynb #d7d670f5
 def speculative_generate(target: Target, drafter, prompt_ids, max_new_tokens: int, eos_token_id=None,
                          tree_budget: int | None = None) -> dict:
-    "Greedy speculative decoding of `prompt_ids` (ids or text) with `drafter`: chain rounds, or DDTree rounds of `tree_budget` nodes; stops after the target's eos (`eos_token_id=[]`: never)."
+    "Greedy speculative decoding of `prompt_ids` (ids or text) to the target's eos (`[]`: none): chain or DDTree rounds."
     check_decodable(target, drafter, tree_budget)
     s, prefill_s = start_decoding(target, drafter, prompt_ids)
-    step, eos = chain_round if tree_budget is None else partial(tree_round, budget=tree_budget), stop_ids(target, eos_token_id)
+    step = chain_round if tree_budget is None else partial(tree_round, budget=tree_budget)
+    eos = stop_ids(target, eos_token_id)
     while len(s.tokens) < max_new_tokens and not eos & set(s.tokens): step(s)
     n = max(len(s.acceptance), 1)
     return dict(tokens=finish(s.tokens, max_new_tokens, eos), acceptance=s.acceptance, tau=sum(s.acceptance) / n,
@@ -220,7 +221,7 @@ def speculative_generate(target: Target, drafter, prompt_ids, max_new_tokens: in
 
 # %% ../nbs/07_decode.ipynb #954105f1
 def time_per_token(target: Target, drafter, prompts, max_new_tokens: int, eos_token_id=None, tree_budget: int | None = None) -> dict:
-    "Target-only vs speculative seconds per output token over `prompts` (prefill excluded; eos as in `greedy_generate`), τ, speedup, phase costs."
+    "Target-only vs speculative s/token over `prompts` (no prefill; eos as `greedy_generate`), τ, speedup, phase costs."
     run = lambda p, n: (greedy_generate(target, p, n, eos_token_id), speculative_generate(target, drafter, p, n, eos_token_id, tree_budget))
     run(prompts[0], min(max_new_tokens, 8))
     pairs = [run(p, max_new_tokens) for p in prompts]

@@ -31,7 +31,8 @@ class RMSStats(NamedTuple):
 def rms_stats(rms: torch.Tensor) -> RMSStats:
     "`RMSStats` of per-token RMS values (numpy's quantiles: no size limit, float64)."
     v = rms.double().flatten().numpy()
-    return RMSStats(float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0, *map(float, np.quantile(v, [0.5, 0.1, 0.9])))
+    std = float(v.std(ddof=1)) if v.size > 1 else 0.0
+    return RMSStats(float(v.mean()), std, *map(float, np.quantile(v, [0.5, 0.1, 0.9])))
 
 def _summary(per_token: dict) -> dict:
     return {k: rms_stats(torch.cat(v)) for k, v in sorted(per_token.items())}
@@ -55,13 +56,14 @@ def layer_rms_cache(cache: HiddenStateCache, indices=None) -> dict:
 
 # %% ../nbs/08_diagnostics.ipynb #be5a14cb
 def plot_layer_norms(norms: dict, taps=(), ax=None):
-    "Plot {label: {layer: `RMSStats`}} on one log axes: median line, 10-90% quantile band, taps marked; returns the axes."
+    "Plot {label: {layer: `RMSStats`}} on a log axes: median line, 10-90% quantile band, taps marked; returns the axes."
     import matplotlib.pyplot as plt
     ax = ax or plt.subplots(figsize=(7, 3.5))[1]
     for label, n in norms.items():
         ks = list(n)
         line, = ax.plot(ks, [n[k].median for k in ks], "-o", ms=3, label=f"{label}: median")
-        ax.fill_between(ks, [n[k].q10 for k in ks], [n[k].q90 for k in ks], color=line.get_color(), alpha=0.2, label=f"{label}: 10-90%")
+        ax.fill_between(ks, [n[k].q10 for k in ks], [n[k].q90 for k in ks], color=line.get_color(), alpha=0.2,
+                        label=f"{label}: 10-90%")
     for t in taps: ax.axvline(t, color="grey", ls=":", lw=1)
     ax.set(yscale="log", xlabel="target layer id (output of layer k)", ylabel="RMS per token (median, 10-90% band)",
            title="hidden-state norms over tokens (dotted: taps)")
@@ -178,7 +180,7 @@ def retrofit_fused(model: DFlashDraftModel) -> DFlashDraftModel:
     "A fused drafter equal to split drafter `model` at step 0: fc gains zero columns for the deepest tap."
     c = model.config
     if c.fusion != "split": raise ValueError(f"retrofit_fused needs a split drafter; this one is {c.fusion!r}.")
-    sd = {k: v.clone() for k, v in drafter_state_dict(model).items()}     # its own tensors: dtype and device as they are
+    sd = {k: v.clone() for k, v in drafter_state_dict(model).items()}     # own tensors, dtype and device as they are
     sd["fc.weight"] = torch.cat([sd["fc.weight"], torch.zeros_like(sd["fc.weight"][:, :c.hidden_size])], 1)
     with torch.device("meta"): new = DFlashDraftModel(replace(c, fusion="fused"))
     new.load_state_dict(sd, strict=False, assign=True)

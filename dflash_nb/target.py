@@ -181,7 +181,7 @@ def load_tokenizer(path: Path):
     return AutoTokenizer.from_pretrained(path, trust_remote_code=False, local_files_only=True)
 
 def load_target(path, backend="auto", dtype=torch.float32, device="cpu") -> Target:
-    "Load the HF causal LM in `path` as a frozen `Target`; `dtype` a torch dtype, its name, or 'auto' (the checkpoint's)."
+    "Load the HF causal LM in `path` as a frozen `Target`; `dtype`: a torch dtype, its name, or 'auto' (as saved)."
     path = Path(path)
     if not path.is_dir(): raise FileNotFoundError(f"Target directory {path} does not exist; pass a local HF model directory.")
     if not (path / "config.json").exists():

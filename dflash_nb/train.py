@@ -355,16 +355,18 @@ def load_optimizer_state(model: DFlashDraftModel, opt, sd: dict, sharded: bool):
 def _spare_specials(tok) -> list[tuple[int, str]]:
     "(id, token) of special tokens that are not eos/bos/pad/unk and that the chat template does not write."
     busy, template = {tok.eos_token_id, tok.bos_token_id, tok.pad_token_id, tok.unk_token_id}, str(tok.chat_template or "")
-    return [(i, str(t)) for i, t in sorted(tok.added_tokens_decoder.items()) if t.special and i not in busy and str(t) not in template]
+    spare = lambda i, t: t.special and i not in busy and str(t) not in template
+    return [(i, str(t)) for i, t in sorted(tok.added_tokens_decoder.items()) if spare(i, t)]
 
 def mask_token_hint(target) -> str:
     "Why the drafter has no mask token, which ids could be one, and the field to set."
-    tok, V, field = target.tokenizer, target.vocab_size, "drafter.mask_token_id (YAML: `drafter:` then `  mask_token_id: ID`)"
-    if tok is None: return (f"The target has no tokenizer, so the drafter's mask token is unknown: set {field} to an id in "
-                            f"0..{V - 1} that your data never contains.")
+    tok, V = target.tokenizer, target.vocab_size
+    field = "drafter.mask_token_id (YAML: `drafter:` then `  mask_token_id: ID`)"
+    if tok is None: return (f"The target has no tokenizer, so the drafter's mask token is unknown: set {field} "
+                            f"to an id in 0..{V - 1} that your data never contains.")
     unused, spare = list(range(len(tok), V)), _spare_specials(tok)
     if unused: what = f"ids {unused[0]}..{unused[-1]} are embedding rows no token maps to, e.g. {unused[0]}"
-    elif spare: what = "these special tokens are unused by the chat template: " + ", ".join(f"{i} ({t!r})" for i, t in spare[:5])
+    elif spare: what = "special tokens the chat template does not use: " + ", ".join(f"{i} ({t!r})" for i, t in spare[:5])
     else: what = "every id is a token; pick one your data never contains (a rarely used special or reserved token)"
     return f"The target's tokenizer has no <|mask|> token: set {field} to a reserved token id: {what}."
 
@@ -538,8 +540,9 @@ def build_drafter(cfg: TrainConfig, dc: DFlashConfig, target, device, world: int
     torch.manual_seed(cfg.seed)
     tm = target.model
     if (at := tm.get_input_embeddings().weight.device) != torch.empty(0, device=device).device:
-        raise ValueError(f"The target is on {at} but the drafter trains on {device}: load the target there (load_target(..., device=...)).")
-    model = DFlashDraftModel(dc, tm.get_input_embeddings(), tm.get_output_embeddings()).to(device)   # moves its own modules only
+        raise ValueError(f"The target is on {at} but the drafter trains on {device}: load the target there "
+                         "(load_target(..., device=...)).")
+    model = DFlashDraftModel(dc, tm.get_input_embeddings(), tm.get_output_embeddings()).to(device)   # its own modules
     if cfg.init_from: model.load_state_dict(read_drafter_tensors(cfg.init_from), strict=False)
     ck = checkpoint_to_resume(cfg, world)
     if ck: model.load_state_dict(checkpoint_weights(ck), strict=False)
@@ -631,7 +634,7 @@ def train_parser() -> argparse.ArgumentParser:
     return ap
 
 def main(argv=None) -> None:
-    "Entry point of `dflash-train`: returns None (exit status 0) after training; a bad config or a failed run raises (status 1)."
+    "Entry point of `dflash-train`: None (exit status 0) after training; a bad config or failed run raises (status 1)."
     a = train_parser().parse_args(argv)
     cfg = load_train_config(a.config, out_dir=a.out_dir, steps=a.steps, device=a.device)
     try: ck = train(cfg)
