@@ -17,7 +17,7 @@ from fastcore.basics import patch
 from safetensors import safe_open, SafetensorError
 from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict, set_optimizer_state_dict
-from .config import DFlashConfig
+from .config import DFlashConfig, DEFAULT_ROPE_THETA
 from .config import default_target_layer_ids
 from .model import DFlashDraftModel, drafter_state_dict, read_drafter_tensors
 from .extract import (HiddenStateCache, OnlineHiddenStates, select_taps, check_compatible, check_output_dir,
@@ -380,7 +380,7 @@ def _mask_token_id(target) -> int | None:
 def drafter_config_for(cfg: TrainConfig, target, data) -> DFlashConfig:
     "The drafter's `DFlashConfig`: target-fixed fields, target-shaped defaults, then `cfg.drafter`."
     tc = target.model.config.get_text_config()
-    rope = (getattr(tc, "rope_parameters", None) or {}).get("rope_theta", getattr(tc, "rope_theta", 1e6))
+    rope = (getattr(tc, "rope_parameters", None) or {}).get("rope_theta", getattr(tc, "rope_theta", DEFAULT_ROPE_THETA))
     d = dict(num_attention_heads=tc.num_attention_heads, num_key_value_heads=tc.num_key_value_heads,
              head_dim=getattr(tc, "head_dim", tc.hidden_size // tc.num_attention_heads), intermediate_size=tc.intermediate_size,
              rms_norm_eps=tc.rms_norm_eps, rope_theta=float(rope), target_layer_ids=list(data.tap_ids), mask_token_id=_mask_token_id(target))
