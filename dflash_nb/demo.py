@@ -180,8 +180,8 @@ def demo_parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, help="override the training steps per drafter")
     return ap
 
-def main(argv=None):
-    "Entry point of `dflash-demo`."
+def main(argv=None) -> None:
+    "Entry point of `dflash-demo`: prints the report's path and returns None, so the command exits 0; an error exits 1."
     a = demo_parser().parse_args(argv)
     cfg = quick() if a.quick else DemoConfig()
     if a.steps: cfg.steps = a.steps

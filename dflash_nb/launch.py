@@ -84,20 +84,25 @@ class LaunchFailed(RuntimeError):
     "A launched run exited with an error; the message holds the cause and the log's last lines."
 
 # %% ../nbs/05_launch.ipynb #81ec8310
+_DRAIN_S = 30  # s to read what is left in the pipe once the run has exited: instant, unless an orphan still holds it
+
 @patch
 def error(self: Launch, n: int = 30) -> str | None:
     "Why the run failed (cause, exit code, last `n` log lines); None while running, after a clean exit or a `stop`."
     rc = self.proc.poll()
     if rc in (None, 0) or self.stopped: return None
-    self._reader.join(timeout=5)
+    self._reader.join(timeout=_DRAIN_S)
     return (f"The run in {self.out_dir} exited with code {rc}: {failure_cause(self.lines()) or 'no Python exception in the log'}\n"
             f"Last lines of its log (rank 0):\n" + "\n".join(self.tail(n)) + f"\nRanks >= 1 log under {self.out_dir / 'logs'}.")
 
 @patch
 def wait(self: Launch, timeout: float | None = None) -> int:
-    "Wait for the run to end (subprocess.TimeoutExpired after `timeout` s); its exit code, or `LaunchFailed`."
-    rc = self.proc.wait(timeout)
-    self._reader.join(timeout=5)
+    "Wait for the run to end: its exit code, or `LaunchFailed`; `TimeoutError` (the run goes on) after `timeout` s."
+    try: rc = self.proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        raise TimeoutError(f"The run in {self.out_dir} is still running after {timeout} s (stop() ends it). "
+                           "Last lines of its log (rank 0):\n" + "\n".join(self.tail(30))) from None
+    self._reader.join(timeout=_DRAIN_S)
     if msg := self.error(): raise LaunchFailed(msg)
     return rc
 

@@ -1,14 +1,18 @@
 """Kill/resume mechanics of the hidden-state cache (dflash_nb.extract), with real SIGKILLs of a child process.
 
 Each scenario kills an extraction at a chosen point of its write protocol (or at a random moment), then resumes it
-in this process and requires the result to be byte-identical to an uninterrupted extraction.
+in this process and requires the result to be byte-identical to an uninterrupted extraction. Extraction batches
+samples within a shard and a resume re-makes whole shards, so "byte-identical" compares the same batches (shapes) on the
+same path, with one thread in the child and here. No wait assumes a speed: each has a generous deadline (`DEADLINE`) and a failure shows the child's log.
 """
-import os, signal, subprocess, sys, textwrap, time
+import os, select, signal, subprocess, sys, textwrap, time
+from pathlib import Path
 import pytest, torch
 from dflash_nb.extract import HiddenStateCache, extract_to_cache, read_manifest
 from dflash_nb.target import tiny_target
 
 TAPS, SPS, BS, N = [1, 3, 5], 2, 2, 9
+DEADLINE = 600   # s for a child to start (import torch) and extract: a few s on an idle box, far more on a busy one
 
 CHILD = textwrap.dedent("""
     import os, signal, sys, time, torch
@@ -52,8 +56,33 @@ def reference(tmp_path_factory):
 
 
 def child(out, where="", at=0, slow=0.0):
+    "An extraction into `out` in a child process (killing itself at `where`/`at`); its stderr goes to `out`.log."
     code = CHILD.format(tests=os.path.dirname(__file__))
-    return subprocess.Popen([sys.executable, "-c", code, str(out), where, str(at), str(slow)], stdout=subprocess.PIPE, text=True)
+    with open(f"{out}.log", "a") as log:
+        return subprocess.Popen([sys.executable, "-c", code, str(out), where, str(at), str(slow)], stdout=subprocess.PIPE,
+                                stderr=log, text=True)
+
+
+def log_tail(out, n: int = 3000) -> str:
+    f = Path(f"{out}.log")
+    return f.read_text()[-n:] if f.exists() else "(no log)"
+
+
+def finish(p: subprocess.Popen, out, timeout: float = DEADLINE) -> int:
+    "The exit code of child `p`; one still running after `timeout` s is killed and the test fails showing its log."
+    try: return p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill(); p.wait()
+        pytest.fail(f"the extraction child was still running after {timeout} s; its log:\n{log_tail(out)}")
+
+
+def wait_ready(p: subprocess.Popen, out, timeout: float = DEADLINE):
+    "Wait for the child's `ready` line (its imports done), failing with its log if it dies or takes over `timeout` s."
+    if not select.select([p.stdout], [], [], timeout)[0]:
+        p.kill(); p.wait()
+        pytest.fail(f"the extraction child did not start in {timeout} s; its log:\n{log_tail(out)}")
+    line = p.stdout.readline().strip()
+    assert line == "ready", f"the child printed {line!r} and exited with {p.wait()}; its log:\n{log_tail(out)}"
 
 
 def assert_same_cache(a, b):
@@ -70,8 +99,7 @@ def assert_same_cache(a, b):
                                       ("before_replace", 4), ("after_replace", 6)])
 def test_sigkill_in_write_protocol_then_resume(tmp_path, reference, where, at):
     out = tmp_path / "cache"
-    p = child(out, where, at); p.wait(timeout=120)
-    assert p.returncode == -signal.SIGKILL
+    assert finish(child(out, where, at), out) == -signal.SIGKILL, log_tail(out)
     done = read_manifest(out)["shards"] if (out / "manifest.json").exists() else []
     assert len(done) == (at - 1) // 2 + (where == "after_replace" and at % 2 == 0)
     assert not (out / "manifest.json").exists() or not read_manifest(out)["complete"]
@@ -82,10 +110,10 @@ def test_sigkill_in_write_protocol_then_resume(tmp_path, reference, where, at):
 
 def test_sigkill_at_random_moments_then_resume(tmp_path, reference):
     out = tmp_path / "cache"
-    for delay in (0.4, 0.9, 1.3):
+    for delay in (0.4, 0.9, 1.3):   # whatever the machine's speed, each kill lands somewhere in (or after) the extraction
         p = child(out, slow=0.15)
-        assert p.stdout.readline().strip() == "ready"
-        time.sleep(delay); p.send_signal(signal.SIGKILL); p.wait(timeout=60)
+        wait_ready(p, out)
+        time.sleep(delay); p.send_signal(signal.SIGKILL); finish(p, out)
     extract(out)
     assert_same_cache(out, reference)
 

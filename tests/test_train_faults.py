@@ -3,6 +3,9 @@
 A run is SIGKILLed several times at seeded-random moments (inside a step, or while a checkpoint is being written),
 relaunched with the same config each time, and finally allowed to finish. It must end with the same loss at every
 step and bit-identical weights as a run that was never interrupted, and leave no temporary or superseded checkpoint directory.
+
+Nothing here assumes a speed: every wait polls a condition under a generous deadline (`DEADLINE`) and a failure shows the
+child's log; a kill that comes late (a busy machine) still lands before the run can finish (see `HOLD_AT` in `CHILD`).
 """
 import json, os, random, signal, subprocess, sys, textwrap, time
 from dataclasses import asdict
@@ -15,6 +18,7 @@ from dflash_nb.train import TrainConfig, latest_checkpoint, read_metrics, weight
 
 STEPS, SAVE_EVERY = 16, 2   # a step takes ~6 ms and a checkpoint ~5 ms here; starting the process ~3 s
 ENV = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+DEADLINE = 600              # s for one child to start and finish: ~5 s on an idle 2-core box, far more on a busy one
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +53,20 @@ def start(config: Path, code: str | None = None, env: dict | None = None) -> sub
         return subprocess.Popen(cmd + ["--config", str(config)], stdout=log, stderr=subprocess.STDOUT, env=ENV | (env or {}))
 
 
+def log_tail(config: Path, n: int = 3000) -> str:
+    "The end of the log that `start` writes beside `config` (all its children's output)."
+    f = config.with_suffix(".log")
+    return f.read_text()[-n:] if f.exists() else "(no log yet)"
+
+
+def finish(p: subprocess.Popen, config: Path, timeout: float = DEADLINE) -> int:
+    "The exit code of child `p`; a child still running after `timeout` s is killed and the test fails showing its log."
+    try: return p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill(); p.wait()
+        pytest.fail(f"the child was still running after {timeout} s; the end of its log:\n{log_tail(config)}")
+
+
 def logged_steps(out_dir: Path) -> list[int]:
     "Steps of the metrics.jsonl lines in file order (a resumed run logs some steps again)."
     f = out_dir / "metrics.jsonl"
@@ -67,21 +85,47 @@ def final_digest(out_dir: Path) -> str:
 def reference(fixture_dir):
     "The uninterrupted run's directory."
     out = fixture_dir / "whole"
-    p = start(run_config(fixture_dir, out)); assert p.wait(timeout=300) == 0
+    config = run_config(fixture_dir, out)
+    assert finish(start(config), config) == 0, log_tail(config)
     assert latest_checkpoint(out).name == f"step-{STEPS:07d}"
     return out
 
 
-def kill_at(p: subprocess.Popen, out_dir: Path, step: int, delay: float, timeout: float = 120) -> bool:
-    "SIGKILL `p` `delay` s after it logs `step` (a line appended after its start); False if it exited first."
-    seen, t0 = len(logged_steps(out_dir)), time.time()
-    while p.poll() is None and not any(s >= step for s in logged_steps(out_dir)[seen:]):
-        assert time.time() - t0 < timeout, "the run made no progress"
+# A child that is `dflash-train` with `os.replace` wrapped, so it can SIGKILL itself at a chosen point of the checkpoint
+# protocol: `save_checkpoint` renames `.step-N.tmp` to `step-N`, then replaces `latest.json` (via `latest.json.tmp`).
+# With HOLD_AT=n it stops itself (SIGSTOP) before installing a checkpoint of step >= n: `kill_at` aims its SIGKILL within
+# ~25 ms of step n - 3, so the hold only matters when the parent is late (a busy machine), and the kill then lands there,
+# inside a checkpoint write, instead of after a run that has finished.
+CHILD = textwrap.dedent("""
+    import os, signal, sys
+    where, step = os.environ.get("KILL_WHERE", ""), int(os.environ.get("KILL_STEP", "0"))
+    hold = int(os.environ.get("HOLD_AT", "0"))
+    real = os.replace
+    def replace(src, dst):
+        src, dst = str(src), str(dst)
+        installs = os.path.basename(dst).startswith("step-") and src.endswith(".tmp")
+        if hold and installs and int(os.path.basename(dst)[5:]) >= hold: os.kill(os.getpid(), signal.SIGSTOP)
+        if where == "before_rename" and dst.endswith(f"step-{step:07d}") and src.endswith(".tmp"): os.kill(os.getpid(), signal.SIGKILL)
+        real(src, dst)
+        if where == "before_latest" and dst.endswith(f"step-{step:07d}") and src.endswith(".tmp"): os.kill(os.getpid(), signal.SIGKILL)
+    os.replace = replace
+    from dflash_nb.train import main
+    main(sys.argv[1:])
+""")
+
+
+def kill_at(config: Path, out_dir: Path, step: int, delay: float, timeout: float = DEADLINE):
+    "Start the run of `config` and SIGKILL it `delay` s after it logs `step` (a line appended after its start)."
+    seen, t0 = len(logged_steps(out_dir)), time.monotonic()
+    p = start(config, CHILD, dict(HOLD_AT=str(step + 3)))   # it cannot finish before the kill, however late that comes
+    while not any(s >= step for s in logged_steps(out_dir)[seen:]):
+        assert p.poll() is None, f"the run exited ({p.returncode}) before step {step}:\n{log_tail(config)}"
+        assert time.monotonic() - t0 < timeout, f"the run did not log step {step} in {timeout} s:\n{log_tail(config)}"
         time.sleep(0.005)
     time.sleep(delay)
-    if p.poll() is not None: return False
-    os.kill(p.pid, signal.SIGKILL); p.wait(timeout=60)
-    return True
+    assert p.poll() is None, f"the run exited ({p.returncode}) before it was killed:\n{log_tail(config)}"
+    os.kill(p.pid, signal.SIGKILL)
+    assert finish(p, config) == -signal.SIGKILL, log_tail(config)
 
 
 def assert_same_run(out: Path, ref: Path):
@@ -101,30 +145,12 @@ def test_sigkill_training_at_random_points_then_resume(fixture_dir, reference):
         done = int(ck.name.split("-")[1]) if ck else 0
         if done + 1 > STEPS - 3: break
         step, delay = rng.randint(done + 1, min(done + 3, STEPS - 3)), rng.uniform(0.0, 0.02)  # within ~2 steps and saves
-        p = start(config)
-        if kill_at(p, out, step, delay): kills.append((step, round(delay, 3)))
-        else: assert p.returncode == 0; break
-    print("kills (step logged, delay s):", kills)
-    assert len(kills) >= 3, kills
-    p = start(config); assert p.wait(timeout=300) == 0
+        kill_at(config, out, step, delay)
+        kills.append((step, round(delay, 3), latest_checkpoint(out).name if latest_checkpoint(out) else None))
+    print("kills (step logged, delay s, latest checkpoint after the kill):", kills)
+    assert len(kills) >= 3, kills   # each kill leaves at most step + 2 done (HOLD_AT), so 4 always fit in 16 steps
+    assert finish(start(config), config) == 0, log_tail(config)
     assert_same_run(out, reference)
-
-
-# A child that is `dflash-train` with `os.replace` wrapped, so it can SIGKILL itself at a chosen point of the checkpoint
-# protocol: `save_checkpoint` renames `.step-N.tmp` to `step-N`, then replaces `latest.json` (via `latest.json.tmp`).
-CHILD = textwrap.dedent("""
-    import os, signal, sys
-    where, step = os.environ["KILL_WHERE"], int(os.environ["KILL_STEP"])
-    real = os.replace
-    def replace(src, dst):
-        src, dst = str(src), str(dst)
-        if where == "before_rename" and dst.endswith(f"step-{step:07d}") and src.endswith(".tmp"): os.kill(os.getpid(), signal.SIGKILL)
-        real(src, dst)
-        if where == "before_latest" and dst.endswith(f"step-{step:07d}") and src.endswith(".tmp"): os.kill(os.getpid(), signal.SIGKILL)
-    os.replace = replace
-    from dflash_nb.train import main
-    main(sys.argv[1:])
-""")
 
 
 @pytest.mark.parametrize("where", ["before_rename", "before_latest"])
@@ -133,11 +159,10 @@ def test_sigkill_inside_checkpoint_write_then_resume(fixture_dir, reference, whe
     out = fixture_dir / f"ckpt-{where}"
     config = run_config(fixture_dir, out)
     kill = dict(KILL_WHERE=where, KILL_STEP="4")
-    p = start(config, CHILD, kill); p.wait(timeout=300)
-    assert p.returncode == -signal.SIGKILL
+    assert finish(start(config, CHILD, kill), config) == -signal.SIGKILL, log_tail(config)
     assert latest_checkpoint(out).name == "step-0000002"
     assert (out / "checkpoints" / ("step-0000004" if where == "before_latest" else ".step-0000004.tmp")).is_dir()
-    p = start(config, CHILD, kill); p.wait(timeout=300)   # killed twice at the same point: two leftovers of step 4
-    assert p.returncode == -signal.SIGKILL
-    p = start(config); assert p.wait(timeout=300) == 0, config.with_suffix(".log").read_text()[-2000:]
+    # killed twice at the same point: two leftovers of step 4
+    assert finish(start(config, CHILD, kill), config) == -signal.SIGKILL, log_tail(config)
+    assert finish(start(config), config) == 0, log_tail(config)
     assert_same_run(out, reference)

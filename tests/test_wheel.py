@@ -9,7 +9,10 @@ MODULES = ["config", "model", "target", "toy", "extract", "train", "launch", "ev
 
 
 def run(*cmd, **kw):
-    return subprocess.run([str(c) for c in cmd], check=True, capture_output=True, text=True, **kw)
+    "Run `cmd` to its end (no time limit: pip's speed is the network's); a failure shows its output."
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    assert r.returncode == 0, f"{cmd} exited with {r.returncode}:\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+    return r
 
 
 @pytest.mark.slow
