@@ -107,6 +107,7 @@ def _check_dims(c: DFlashConfig):
     if c.block_size < 2: raise ValueError(f"block_size={c.block_size}: a block needs the anchor plus at least one draft slot (>= 2).")
     if not 0 <= c.mask_token_id < c.vocab_size:
         raise ValueError(f"mask_token_id={c.mask_token_id} is outside the vocabulary 0..{c.vocab_size-1}; use a reserved id of the target's tokenizer.")
+    if c.head_dim % 2: raise ValueError(f"head_dim={c.head_dim} must be even: RoPE rotates pairs of dimensions.")
     if c.num_attention_heads % c.num_key_value_heads:
         raise ValueError(f"num_attention_heads={c.num_attention_heads} is not a multiple of num_key_value_heads={c.num_key_value_heads}.")
     if c.tap_convention not in TAP_CONVENTIONS:
@@ -266,7 +267,9 @@ def _qwen3_view(d: dict) -> Qwen3Config:
     "transformers' reading of the Qwen3 fields of `d` (RoPE normalised, window rules applied)."
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return Qwen3Config(**{k: d[k] for k in _QWEN3_KEYS if d.get(k) is not None})
+        try: return Qwen3Config(**{k: d[k] for k in _QWEN3_KEYS if d.get(k) is not None})
+        except Exception as e:    # transformers' strict validators raise their own error types
+            raise ValueError(f"config.json is not a valid Qwen3 config for transformers: {e}") from e
 
 def _rope(hf: Qwen3Config) -> tuple[float, dict | None]:
     "(rope_theta, rope_parameters without theta, or None for plain RoPE)."

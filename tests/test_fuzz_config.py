@@ -3,7 +3,7 @@ No test has a deadline or hypothesis's too_slow health check: a busy machine mus
 import json
 from dataclasses import fields
 import pytest
-from hypothesis import given, settings, strategies as st, HealthCheck
+from hypothesis import example, given, settings, strategies as st, HealthCheck
 from dflash_nb.config import DFlashConfig, FUSIONS, LAYER_TYPES
 from dflash_nb.train import TrainConfig
 
@@ -16,6 +16,8 @@ values = st.one_of(ints, st.text(max_size=5), st.none(), st.floats(allow_nan=Tru
        n_target=ints, mask=ints, taps=st.one_of(st.none(), st.lists(st.one_of(ints, st.text(max_size=2)), max_size=6)),
        types=st.one_of(st.none(), st.lists(st.sampled_from(LAYER_TYPES + ("linear_attention", "")), max_size=6)),
        window=st.one_of(st.none(), ints), fusion=st.sampled_from(FUSIONS + ("concat", "")))
+@example(hidden=1, layers=1, heads=1, kv=1, head_dim=5, vocab=1, block=2, n_target=8, mask=0, taps=None, types=None,
+         window=None, fusion="fused")   # an odd head_dim once escaped as transformers' own validation error
 def test_dflash_config_builds_or_raises_value_error(hidden, layers, heads, kv, head_dim, vocab, block, n_target, mask,
                                                     taps, types, window, fusion):
     kw = dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv,
