@@ -15,8 +15,8 @@ from transformers import Qwen3Config
 # %% auto #0
 __all__ = ['TAP_CONVENTION', 'TAP_CONVENTIONS', 'FUSIONS', 'LAYER_TYPES', 'DEFAULT_ROPE_THETA', 'POSITIVE_DIMS', 'ROPE_TYPES',
            'ATTENTION_MODES', 'HONOURED', 'DFLASH_HONOURED', 'CHECKED', 'DFLASH_CHECKED', 'IGNORED', 'REFUSED',
-           'hidden_state_index', 'default_target_layer_ids', 'fc_tap_ids', 'DFlashConfig', 'LayerAttention',
-           'check_hub_fields', 'read_hub_config', 'hub_field_table']
+           'DFLASH_REFUSED', 'hidden_state_index', 'default_target_layer_ids', 'fc_tap_ids', 'DFlashConfig',
+           'LayerAttention', 'check_hub_fields', 'read_hub_config', 'hub_field_table']
 
 # %% ../nbs/00_config.ipynb #10ad5f17
 TAP_CONVENTION = "layer_output"  # tap id k = output of decoder layer k = HF hidden_states[k+1]
@@ -216,26 +216,28 @@ REFUSED = {"speculators_model_type": "a speculators-format config; export the dr
            "eagle_aux_hidden_state_layer_ids": "vLLM aux ids name the INPUT of a layer (DFlash tap k = aux id k+1); "
                                                "write DFlash ids to dflash_config.target_layer_ids",
            "draft_vocab_size": "a reduced draft vocabulary (d2t/t2d maps) is not implemented",
-           "quantization_config": "quantized drafter weights are not implemented; dequantize to bf16/fp32",
-           "conv_group_size": "DFlash2 grouped convolutions are not implemented", "conv_kernel_size": "DFlash2 grouped convolutions are not implemented",
-           "selector_rank": "the DFlash2 candidate selector is not implemented", "selector_top_k": "the DFlash2 candidate selector is not implemented"}
+           "quantization_config": "quantized drafter weights are not implemented; dequantize to bf16/fp32"}
+DFLASH_REFUSED = {"conv_group_size": "DFlash2 grouped convolutions are not implemented",
+                  "conv_kernel_size": "DFlash2 grouped convolutions are not implemented",
+                  "selector_rank": "the DFlash2 candidate selector is not implemented",
+                  "selector_top_k": "the DFlash2 candidate selector is not implemented"}
 
 # %% ../nbs/00_config.ipynb #3e0f0599
 def _refuse(key: str, value, why: str):
     raise ValueError(f"config.json field {key}={value!r} is not supported: {why}.")
 
-def _check_group(d: dict, honoured, checked: dict, prefix: str = ""):
+def _check_group(d: dict, honoured, checked: dict, refused: dict, prefix: str = ""):
     for k, v in d.items():
         if k in honoured or k in IGNORED: continue
         if k in checked and v in checked[k]: continue
         if k in checked: _refuse(prefix + k, v, f"this drafter implements only {' or '.join(map(repr, checked[k]))}")
-        _refuse(prefix + k, v, REFUSED.get(k, "an unknown field, which may change the drafter's computation; remove it "
+        _refuse(prefix + k, v, refused.get(k, "an unknown field, which may change the drafter's computation; remove it "
                                               "if it does not, or convert the checkpoint"))
 
 def check_hub_fields(d: dict):
     "Raise naming the first field of hub config `d` that this workbench does not implement."
-    _check_group(d, HONOURED, CHECKED)
-    _check_group(d.get("dflash_config") or {}, DFLASH_HONOURED, DFLASH_CHECKED, "dflash_config.")
+    _check_group(d, HONOURED, CHECKED, REFUSED)
+    _check_group(d.get("dflash_config") or {}, DFLASH_HONOURED, DFLASH_CHECKED, DFLASH_REFUSED, "dflash_config.")
 
 # %% ../nbs/00_config.ipynb #8082356c
 _DFLASH_KEYS = ("mask_token_id", "target_layer_ids", "block_size", "fusion", "tap_convention")
@@ -348,7 +350,9 @@ def hub_field_table() -> list[dict]:
     "Rows (field, status, detail) of every hub config field this workbench knows."
     rows = [dict(field=k, status="honoured", detail="") for k in HONOURED]
     rows += [dict(field=f"dflash_config.{k}", status="honoured", detail="") for k in DFLASH_HONOURED]
-    rows += [dict(field=k, status="checked", detail=f"only {v[0]!r}") for k, v in CHECKED.items()]
-    rows += [dict(field=f"dflash_config.{k}", status="checked", detail=f"only {v}") for k, v in DFLASH_CHECKED.items()]
+    only = lambda v: "only " + " or ".join(map(repr, v))
+    rows += [dict(field=k, status="checked", detail=only(v)) for k, v in CHECKED.items()]
+    rows += [dict(field=f"dflash_config.{k}", status="checked", detail=only(v)) for k, v in DFLASH_CHECKED.items()]
     rows += [dict(field=k, status="ignored", detail=v) for k, v in IGNORED.items()]
-    return rows + [dict(field=k, status="refused", detail=v) for k, v in REFUSED.items()]
+    rows += [dict(field=k, status="refused", detail=v) for k, v in REFUSED.items()]
+    return rows + [dict(field=f"dflash_config.{k}", status="refused", detail=v) for k, v in DFLASH_REFUSED.items()]
