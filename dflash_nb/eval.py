@@ -197,6 +197,8 @@ def compare(drafters, cache: HiddenStateCache, target_model=None, names=None, bu
     _check_masks(models)
     h = config_hash(target_model.config) if target_model is not None else None
     if verbose: print("\n".join(describe_drafter(m, n) for n, m in models.items()))
+    for m in models.values():      # every drafter's taps are in the cache, before minutes are spent on the first
+        check_compatible(cache, tap_ids=m.config.fc_layer_ids, convention=m.config.tap_convention)
     results = [offline_tau(m, cache, indices, budgets, n, target_hash=h, progress=verbose) for n, m in models.items()]
     return comparison_rows(results), results, plot_acceptance(results) if plot else None
 
