@@ -30,11 +30,11 @@ def hidden_state_index(layer_id: int, convention: str = TAP_CONVENTION) -> int:
 
 # %% ../nbs/00_config.ipynb #95732ad4
 def default_target_layer_ids(num_target_layers: int, n_taps: int = 5) -> list[int]:
-    "Evenly spaced tap ids from 1 to `num_target_layers - 3`, as the reference drafters use."
+    "Evenly spaced tap ids from 1 to `num_target_layers - 3` (the middle layer for one tap), as the reference code."
     if n_taps < 1 or num_target_layers < 4:
         raise ValueError(f"Need n_taps >= 1 and a target of at least 4 layers, got {n_taps} taps of {num_target_layers}.")
-    if n_taps == 1: return [num_target_layers - 3]
-    return [int(1 + i * (num_target_layers - 4) / (n_taps - 1) + 0.5) for i in range(n_taps)]
+    if n_taps == 1: return [num_target_layers // 2]
+    return [int(round(1 + i * (num_target_layers - 4) / (n_taps - 1))) for i in range(n_taps)]
 
 # %% ../nbs/00_config.ipynb #533e1db6
 FUSIONS = ("fused", "split")
