@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = ["config", "model", "target", "toy", "extract", "train", "launch", "eval", "decode", "diagnostics", "explore", "demo"]
+MODULES = ["config", "model", "target", "toy", "extract", "train", "launch", "eval", "decode", "diagnostics", "explore", "demo", "gguf"]
 
 
 def run(*cmd, **kw):
