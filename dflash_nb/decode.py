@@ -18,7 +18,7 @@ from .extract import capture_layers, tap_sites, prompt_token_ids, eos_token_ids
 from .eval import DraftTree, build_tree, tree_attention_mask, walk_tree
 
 # %% auto #0
-__all__ = ['TargetPass', 'new_cache', 'target_pass', 'clock', 'stop_ids', 'finish', 'greedy_generate', 'Decoding',
+__all__ = ['TargetPass', 'new_cache', 'target_pass', 'clock', 'stop_ids', 'finish_tokens', 'greedy_generate', 'Decoding',
            'check_decodable', 'start_decoding', 'accepted_prefix', 'draft_block', 'linear_states',
            'restore_linear_states', 'drop_last_kv', 'replay_linear', 'rollback', 'chain_round', 'tree_inputs',
            'keep_kv', 'tree_round', 'speculative_generate', 'time_per_token']
@@ -61,7 +61,7 @@ def stop_ids(target: Target, eos_token_id=None) -> set:
     "The ids a decode of `target` stops after: its eos ids (`eos_token_ids`) for None, none for [], else `eos_token_id`."
     return set(eos_token_ids(target)) if eos_token_id is None else _eos_set(eos_token_id)
 
-def finish(tokens: list[int], max_new_tokens: int, eos_token_id=None) -> list[int]:
+def finish_tokens(tokens: list[int], max_new_tokens: int, eos_token_id=None) -> list[int]:
     "`tokens` cut to `max_new_tokens`, and after the first eos."
     tokens, eos = tokens[:max_new_tokens], _eos_set(eos_token_id)
     return next((tokens[:i + 1] for i, t in enumerate(tokens) if t in eos), tokens)
@@ -216,7 +216,7 @@ def speculative_generate(target: Target, drafter, prompt_ids, max_new_tokens: in
     eos = stop_ids(target, eos_token_id)
     while len(s.tokens) < max_new_tokens and not eos & set(s.tokens): step(s)
     n = max(len(s.acceptance), 1)
-    return dict(tokens=finish(s.tokens, max_new_tokens, eos), acceptance=s.acceptance, tau=sum(s.acceptance) / n,
+    return dict(tokens=finish_tokens(s.tokens, max_new_tokens, eos), acceptance=s.acceptance, tau=sum(s.acceptance) / n,
                 prefill_s=prefill_s, decode_s=sum(s.times.values()), **s.times, rollback_s_per_round=s.times["rollback_s"] / n)
 
 # %% ../nbs/07_decode.ipynb #954105f1

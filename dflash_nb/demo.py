@@ -17,8 +17,9 @@ from .train import TrainConfig, train, read_metrics
 from .eval import offline_tau, comparison_rows, markdown_table, OfflineResult
 
 # %% auto #0
-__all__ = ['DemoConfig', 'quick', 'stage_cache', 'stage_train', 'stage_offline', 'plot_training', 'diagnostics_figures',
-           'stage_online', 'stage_ablation', 'write_report', 'run_demo', 'demo_parser', 'main']
+__all__ = ['DemoConfig', 'quick_demo_config', 'stage_cache', 'stage_train', 'stage_offline', 'plot_training',
+           'diagnostics_figures', 'stage_online', 'stage_ablation', 'write_report', 'run_demo', 'demo_parser',
+           'demo_main']
 
 # %% ../nbs/10_demo.ipynb #05a2e240
 @dataclass
@@ -37,7 +38,7 @@ class DemoConfig:
     n_online_prompts: int = 4         # online decoding is slow on CPU (the toy target runs its torch fallback kernels)
     seed: int = 0
 
-def quick() -> DemoConfig:
+def quick_demo_config() -> DemoConfig:
     "The ~3-minute variant: fewer prompts, shorter responses, fewer steps."
     return DemoConfig(n_train_prompts=48, n_eval_prompts=6, max_new_tokens=64, steps=60, num_anchors=32, budgets=(8,), n_online_prompts=2)
 
@@ -180,12 +181,12 @@ def demo_parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, help="override the training steps per drafter")
     return ap
 
-def main(argv=None) -> None:
+def demo_main(argv=None) -> None:
     "Entry point of `dflash-demo`: prints the report's path and returns None, so the command exits 0; an error exits 1."
     a = demo_parser().parse_args(argv)
-    cfg = quick() if a.quick else DemoConfig()
+    cfg = quick_demo_config() if a.quick else DemoConfig()
     if a.steps: cfg.steps = a.steps
     print(f"report: {run_demo(a.out, cfg)}")
 
 # %% ../nbs/10_demo.ipynb #e6c8ba4a
-if __name__ == "__main__": main()
+if __name__ == "__main__": demo_main()

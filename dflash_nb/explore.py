@@ -8,12 +8,12 @@ Docs: https://dflash-nb.github.io/dflash_nb/explore_taps.html.md"""
 from __future__ import annotations
 import time
 import torch
-from .extract import HiddenStateCache
+from .extract import HiddenStateCache, select_taps
 from .eval import offline_tau, plot_acceptance
 from .diagnostics import fc_report, plot_fc_report
 
 # %% auto #0
-__all__ = ['MemoryCache', 'TapExplorer', 'ExplorerState', 'update', 'draw', 'explorer_widget']
+__all__ = ['MemoryCache', 'TapExplorer', 'ExplorerState', 'explorer_update', 'explorer_figure', 'explorer_widget']
 
 # %% ../nbs/09_explore_taps.ipynb #2b2fecb9
 class MemoryCache:
@@ -26,8 +26,7 @@ class MemoryCache:
     def __len__(self): return len(self.samples)
     def __getitem__(self, i): return self.samples[i]
     def taps_for(self, i, layer_ids):
-        H, taps = self.hidden_size, self.samples[i]["taps"]
-        return torch.cat([taps[:, self.tap_ids.index(t) * H:(self.tap_ids.index(t) + 1) * H] for t in layer_ids], -1)
+        return select_taps(self.samples[i]["taps"], self.tap_ids, layer_ids, self.hidden_size)
 
 # %% ../nbs/09_explore_taps.ipynb #69c94565
 class TapExplorer:
@@ -62,7 +61,7 @@ def _scaled_rows(rows, scales):
     return out
 
 # %% ../nbs/09_explore_taps.ipynb #d136747d
-def update(ex: TapExplorer, layout: str, scales: dict, prompt: int | None = None) -> ExplorerState:
+def explorer_update(ex: TapExplorer, layout: str, scales: dict, prompt: int | None = None) -> ExplorerState:
     "Re-evaluate drafter `layout` with tap input `scales` on one prompt (index into the explorer's samples) or all."
     t0 = time.perf_counter()
     idx = None if prompt is None else [prompt]
@@ -70,7 +69,7 @@ def update(ex: TapExplorer, layout: str, scales: dict, prompt: int | None = None
     return ExplorerState(res, _scaled_rows(ex.reports[layout], scales), time.perf_counter() - t0)
 
 # %% ../nbs/09_explore_taps.ipynb #6b3dba50
-def draw(state: ExplorerState, title: str = ""):
+def explorer_figure(state: ExplorerState, title: str = ""):
     "Figure with per-position acceptance (left) and tap contribution shares (right) of an `ExplorerState`."
     from matplotlib.figure import Figure
     fig = Figure(figsize=(10, 3.2), layout="constrained")
@@ -91,9 +90,10 @@ def explorer_widget(ex: TapExplorer):
     out, label = W.Output(), W.HTML()
     box = W.VBox([W.HBox([layout, prompt]), W.HBox(list(sliders.values()), layout=W.Layout(flex_flow="row wrap")), label, out])
     def refresh(*_):
-        box.state = update(ex, layout.value, {t: s.value for t, s in sliders.items()}, None if prompt.value < 0 else prompt.value)
+        scales = {t: s.value for t, s in sliders.items()}
+        box.state = explorer_update(ex, layout.value, scales, None if prompt.value < 0 else prompt.value)
         label.value = f"<b>{layout.value}</b>: τ = {box.state.result.tau:.3f} (updated in {box.state.seconds:.2f} s)"
-        with out: out.clear_output(wait=True); display(draw(box.state))
+        with out: out.clear_output(wait=True); display(explorer_figure(box.state))
     for w in [layout, prompt, *sliders.values()]: w.observe(refresh, names="value")
     refresh()
     return box

@@ -6,7 +6,7 @@ Docs: https://dflash-nb.github.io/dflash_nb/model.html.md"""
 
 # %% ../nbs/01_model.ipynb #4b7a81c3
 from __future__ import annotations
-import copy, json, os
+import copy, json
 from dataclasses import dataclass, replace as dc_replace
 from pathlib import Path
 import torch, torch.nn as nn, torch.nn.functional as F
@@ -17,6 +17,7 @@ from transformers import Qwen3Config
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 from .config import DFlashConfig, read_hub_config, fc_tap_ids
+from .extract import atomic_write
 
 # %% auto #0
 __all__ = ['ATTN_IMPLS', 'SHARED_PREFIXES', 'RMSNorm', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope', 'SwiGLU', 'dflash_mask_mod',
@@ -339,9 +340,8 @@ def drafter_state_dict(model: DFlashDraftModel) -> dict:
 
 # %% ../nbs/01_model.ipynb #c8e5e875
 def _atomic_save(tensors: dict, path: Path, metadata: dict | None = None):
-    tmp = path.with_name(path.name + ".tmp")
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata={"format": "pt", **(metadata or {})})
-    os.replace(tmp, path)
+    tensors, metadata = {k: v.contiguous() for k, v in tensors.items()}, {"format": "pt", **(metadata or {})}
+    atomic_write(path, lambda p: save_file(tensors, str(p), metadata=metadata))
 
 def _shards(sd: dict, max_shard_bytes: int | None) -> list[dict]:
     if not max_shard_bytes: return [sd]
@@ -364,8 +364,7 @@ def save_pretrained(self: DFlashDraftModel, path: str | Path, max_shard_bytes: i
         for name, shard in zip(names, shards): _atomic_save(shard, path / name)
         index = {"metadata": {"total_size": sum(v.numel() * v.element_size() for s in shards for v in s.values())},
                  "weight_map": {k: name for name, s in zip(names, shards) for k in s}}
-        tmp = path / "model.safetensors.index.json.tmp"
-        tmp.write_text(json.dumps(index, indent=2)); os.replace(tmp, path / "model.safetensors.index.json")
+        atomic_write(path / "model.safetensors.index.json", lambda p: p.write_text(json.dumps(index, indent=2)))
     self.config.save(path)
     return path
 

@@ -21,7 +21,7 @@ from .config import DFlashConfig, DEFAULT_ROPE_THETA
 from .config import default_target_layer_ids
 from .model import DFlashDraftModel, drafter_state_dict, read_drafter_tensors
 from .extract import (HiddenStateCache, OnlineHiddenStates, select_taps, check_compatible, check_output_dir,
-                               read_prompt_file, cached_responses)
+                               read_prompt_file, cached_responses, atomic_write)
 
 # %% auto #0
 __all__ = ['LOSSES', 'SOURCES', 'SCHEDULES', 'PARALLELS', 'KINDS', 'WHOLE_ON_RANK0', 'RESUME_FREE', 'DRAFTER_KEYS', 'TrainConfig',
@@ -34,7 +34,7 @@ __all__ = ['LOSSES', 'SOURCES', 'SCHEDULES', 'PARALLELS', 'KINDS', 'WHOLE_ON_RAN
            'step_loss', 'BatchPlan', 'step_generator', 'micro_step', 'optimizer_step', 'checkpoint_to_resume',
            'restore_training_state', 'tensor_digest', 'weight_digest', 'checkpoint_weights', 'save_run_state',
            'online_taps', 'online_data', 'build_drafter', 'describe_run', 'train', 'read_metrics', 'check_keys',
-           'load_train_config', 'train_parser', 'main']
+           'load_train_config', 'train_parser', 'train_main']
 
 # %% ../nbs/04_train.ipynb #52886ac2
 LOSSES, SOURCES, SCHEDULES = ("ce", "kl"), ("auto", "tokens", "final", "deepest_tap"), ("constant", "linear", "cosine")
@@ -241,12 +241,13 @@ def lr_at(step: int, total: int, base: float, warmup: float) -> float:
 
 # %% ../nbs/04_train.ipynb #9f73a550
 def _write_json(path: Path, obj):
-    tmp = path.with_name(path.name + ".tmp"); tmp.write_text(json.dumps(obj, indent=1)); os.replace(tmp, path)
+    atomic_write(path, lambda p: p.write_text(json.dumps(obj, indent=1)))
 
 def _write_checkpoint(tmp: Path, model, tensors, sd: dict, step: int, cfg: TrainConfig, rngs: list, world_size: int, digests):
     model.save_pretrained(tmp, tensors=tensors)
     state = {f"opt.{i}.{k}": v for i, st in sd["state"].items() for k, v in st.items()} | {f"rng.{r}": t for r, t in enumerate(rngs)}
-    save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(tmp / "training_state.safetensors"))
+    state = {k: v.detach().cpu().contiguous() for k, v in state.items()}
+    atomic_write(tmp / "training_state.safetensors", lambda p: save_file(state, str(p)))
     _write_json(tmp / "training_state.json", {"step": step, "world_size": world_size, "config": asdict(cfg),
                                               "param_groups": sd["param_groups"], "rank_weight_digests": digests or []})
 
@@ -633,7 +634,7 @@ def train_parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", help="override device (auto, cpu, cuda)")
     return ap
 
-def main(argv=None) -> None:
+def train_main(argv=None) -> None:
     "Entry point of `dflash-train`: None (exit status 0) after training; a bad config or failed run raises (status 1)."
     a = train_parser().parse_args(argv)
     cfg = load_train_config(a.config, out_dir=a.out_dir, steps=a.steps, device=a.device)
@@ -643,4 +644,4 @@ def main(argv=None) -> None:
     if int(os.environ.get("RANK", "0")) == 0: print(f"last checkpoint: {ck}")
 
 # %% ../nbs/04_train.ipynb #87b58462
-if __name__ == "__main__": sys.exit(main())
+if __name__ == "__main__": sys.exit(train_main())

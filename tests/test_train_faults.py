@@ -109,8 +109,8 @@ CHILD = textwrap.dedent("""
         real(src, dst)
         if where == "before_latest" and dst.endswith(f"step-{step:07d}") and src.endswith(".tmp"): os.kill(os.getpid(), signal.SIGKILL)
     os.replace = replace
-    from dflash_nb.train import main
-    main(sys.argv[1:])
+    from dflash_nb.train import train_main
+    train_main(sys.argv[1:])
 """)
 
 
