@@ -16,7 +16,8 @@ import torch
 from dflash_nb.config import default_target_layer_ids
 from dflash_nb.decode import check_decodable, speculative_generate, time_per_token
 from dflash_nb.eval import offline_tau
-from dflash_nb.extract import HiddenStateCache, eos_token_ids, extract_to_cache, generate_responses, prompt_token_ids
+from dflash_nb.cache import HiddenStateCache, CacheLayout
+from dflash_nb.extract import eos_token_ids, extract_to_cache, generate_responses, prompt_token_ids
 from dflash_nb.model import DFlashDraftModel
 from dflash_nb.target import load_target, tiny_target
 from dflash_nb.train import TrainConfig, train
@@ -50,7 +51,7 @@ def get_prompts(split, n, target, seed=0):
 def response_cache(target, prompts, max_new_tokens, tap_ids, out_dir):
     "A float32 hidden-state cache of `target`'s greedy responses to `prompts`."
     recs = generate_responses(target, prompts, max_new_tokens=max_new_tokens, batch_size=8)
-    return HiddenStateCache(extract_to_cache(target, recs, out_dir, tap_ids, dtype=torch.float32))
+    return HiddenStateCache(extract_to_cache(target, recs, out_dir, CacheLayout(tap_ids, dtype=torch.float32)))
 
 
 def get_drafter(args, target, work):

@@ -14,7 +14,8 @@ from pathlib import Path
 import torch
 from torch.nn.utils.rnn import pad_sequence
 from dflash_nb.config import default_target_layer_ids
-from dflash_nb.extract import _chunks, extract_to_cache, read_manifest
+from dflash_nb.cache import iter_chunks, read_manifest, CacheLayout
+from dflash_nb.extract import extract_to_cache
 from dflash_nb.target import tiny_target
 
 SPS, BS = 16, 8  # samples per shard, batch size
@@ -57,9 +58,9 @@ def make_samples(target, n_tokens):
 
 def same_batches(samples):
     "The padded batches extract_to_cache runs: per shard, samples sorted by length, in batches of BS."
-    for chunk in _chunks(samples, SPS):
+    for chunk in iter_chunks(samples, SPS):
         order = sorted(range(len(chunk)), key=lambda i: len(chunk[i]["input_ids"]))
-        for idx in _chunks(order, BS): yield pad_sequence([chunk[i]["input_ids"] for i in idx], batch_first=True)
+        for idx in iter_chunks(order, BS): yield pad_sequence([chunk[i]["input_ids"] for i in idx], batch_first=True)
 
 
 def timed(fn):
@@ -74,10 +75,11 @@ def throughput(target, samples, taps, repeats):
             for b in batches: target.model(input_ids=b, use_cache=False, **kw)
     def extract(chunk):  # a one-shard cache: the same work per shard as a long run (shard, fsyncs, sha256, manifest)
         with tempfile.TemporaryDirectory() as d:
-            extract_to_cache(target, chunk, d, taps, store_final=False, samples_per_shard=SPS, batch_size=BS)
+            extract_to_cache(target, chunk, d, CacheLayout(taps, store_final=False, samples_per_shard=SPS),
+                             batch_size=BS)
     t = {"plain": 0.0, "keep1": 0.0, "extract": 0.0}
     fwd(list(same_batches(samples[:SPS])))  # warm-up
-    for chunk in _chunks(samples, SPS):
+    for chunk in iter_chunks(samples, SPS):
         batches = list(same_batches(chunk))
         runs = {"plain": lambda: fwd(batches), "keep1": lambda: fwd(batches, logits_to_keep=1), "extract": lambda: extract(chunk)}
         best = {k: float("inf") for k in runs}
@@ -89,7 +91,9 @@ def throughput(target, samples, taps, repeats):
 
 def bytes_per_token(target, samples, taps, store_final):
     with tempfile.TemporaryDirectory() as d:
-        m = read_manifest(extract_to_cache(target, samples, d, taps, store_final=store_final, samples_per_shard=SPS, batch_size=BS))
+        m = read_manifest(extract_to_cache(target, samples, d,
+                                           CacheLayout(taps, store_final=store_final, samples_per_shard=SPS),
+                                           batch_size=BS))
         return sum(e["bytes"] for e in m["shards"]) / sum(sum(e["lengths"]) for e in m["shards"])
 
 
@@ -104,8 +108,8 @@ def rss_child(n_tokens):
     with torch.no_grad(): target.model(input_ids=torch.randint(0, 100, (BS, 512)), use_cache=False, logits_to_keep=1)  # warm-up at max size
     base = status_kb("VmRSS")
     with tempfile.TemporaryDirectory() as d:
-        m = read_manifest(extract_to_cache(target, random_samples(n_tokens, target.vocab_size), d, taps,
-                                           store_final=False, samples_per_shard=SPS, batch_size=BS))
+        m = read_manifest(extract_to_cache(target, random_samples(n_tokens, target.vocab_size), d,
+                                           CacheLayout(taps, store_final=False, samples_per_shard=SPS), batch_size=BS))
         disk = sum(e["bytes"] for e in m["shards"])
     print(json.dumps({"base_mb": base / 1024, "peak_mb": status_kb("VmHWM") / 1024, "disk_mb": disk / 2**20}))
 

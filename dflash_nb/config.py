@@ -11,6 +11,7 @@ from dataclasses import dataclass, asdict, fields, replace
 from pathlib import Path
 from fastcore.basics import patch
 from transformers import Qwen3Config
+from .storage import atomic_write
 
 # %% auto #0
 __all__ = ['TAP_CONVENTION', 'TAP_CONVENTIONS', 'FUSIONS', 'LAYER_TYPES', 'DEFAULT_ROPE_THETA', 'POSITIVE_DIMS', 'ROPE_TYPES',
@@ -334,10 +335,11 @@ def from_hub_dict(cls: DFlashConfig, d: dict, fusion: str | None = None, n_fc_ta
 # %% ../nbs/00_config.ipynb #781672ea
 @patch
 def save(self: DFlashConfig, path: str | Path) -> Path:
-    "Write `config.json` into directory `path`."
-    path = Path(path); path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(self.to_hub_dict(), indent=2) + "\n")
-    return path / "config.json"
+    "Write `config.json` into directory `path`, all-or-nothing."
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(self.to_hub_dict(), indent=2) + "\n"
+    return atomic_write(path / "config.json", lambda p: p.write_text(text))
 
 def read_hub_config(path: str | Path) -> dict:
     "The raw `config.json` dict of checkpoint directory `path`."

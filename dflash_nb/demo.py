@@ -12,7 +12,9 @@ from pathlib import Path
 from tqdm.auto import tqdm
 from .config import default_target_layer_ids
 from .model import DFlashDraftModel
-from .extract import cached_responses, extract_to_cache, HiddenStateCache, atomic_write
+from .storage import atomic_write
+from .cache import HiddenStateCache, CacheLayout
+from .extract import cached_responses, extract_to_cache
 from .train import TrainConfig, train, read_metrics
 from .eval import offline_tau, comparison_rows, markdown_table, OfflineResult
 
@@ -48,7 +50,8 @@ def _write_text(path: Path, text: str) -> Path: return atomic_write(path, lambda
 # %% ../nbs/10_demo.ipynb #b9c8c4d3
 def stage_cache(target, samples: list[dict], path: Path, tap_ids: list[int]) -> HiddenStateCache:
     "Extract (or finish extracting) the taps of `samples` into a cache at `path`."
-    return HiddenStateCache(extract_to_cache(target, samples, path, tap_ids, store_final=True, progress=True))
+    return HiddenStateCache(extract_to_cache(target, samples, path, CacheLayout(tap_ids, store_final=True),
+                                             progress=True))
 
 def stage_train(target, cache: HiddenStateCache, out: Path, fusion: str, cfg: DemoConfig) -> Path:
     "Train (or finish training) the `fusion` drafter; returns its last checkpoint."

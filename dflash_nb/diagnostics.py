@@ -11,7 +11,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 from .model import DFlashDraftModel, drafter_state_dict
-from .extract import HiddenStateCache, capture_layers, tap_sites
+from .cache import HiddenStateCache
+from .extract import capture_layers, tap_sites
 from .eval import offline_tau, OfflineResult
 
 # %% auto #0

@@ -13,7 +13,8 @@ import torch
 from tqdm.auto import tqdm
 from .config import ATTENTION_MODES
 from .model import DFlashDraftModel, param_counts, describe_drafter
-from .extract import HiddenStateCache, check_compatible, atomic_write
+from .storage import atomic_write
+from .cache import HiddenStateCache, check_compatible
 
 # %% auto #0
 __all__ = ['DraftTree', 'build_tree', 'tree_attention_mask', 'walk_tree', 'accept_chain', 'accept_tree', 'replay',

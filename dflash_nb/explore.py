@@ -8,7 +8,7 @@ Docs: https://dflash-nb.github.io/dflash_nb/explore_taps.html.md"""
 from __future__ import annotations
 import time
 import torch
-from .extract import HiddenStateCache, select_taps
+from .cache import HiddenStateCache, select_taps
 from .eval import offline_tau, plot_acceptance
 from .diagnostics import fc_report, plot_fc_report
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util, json, os, shutil, tempfile, zipfile
 from pathlib import Path
 import torch
-from .extract import atomic_write, file_sha256
+from .storage import atomic_write, file_sha256
 
 # %% auto #0
 __all__ = ['SOURCE_FILE', 'installed_gguf', 'gguf_from_wheel', 'find_gguf', 'default_cache_dir', 'check_gguf_deps',

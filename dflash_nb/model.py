@@ -17,7 +17,7 @@ from transformers import Qwen3Config
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 from .config import DFlashConfig, read_hub_config, fc_tap_ids
-from .extract import atomic_write
+from .storage import atomic_write
 
 # %% auto #0
 __all__ = ['ATTN_IMPLS', 'SHARED_PREFIXES', 'RMSNorm', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope', 'SwiGLU', 'dflash_mask_mod',
@@ -120,8 +120,9 @@ def _blockwise_attend(mod, n: int, q_len: int, ctx_len: int, block_size: int, de
     return attend
 
 # %% ../nbs/01_model.ipynb #e694841b
-def make_attend(mod, n: int, q_len: int, kv_len: int, block_size: int, impl: str = "auto", device=None):
-    "An attention function `(q, k, v) -> out` applying mask_mod `mod`; keys are `kv_len - q_len` context then the blocks."
+def make_attend(mod, shape: tuple, block_size: int, impl: str = "auto", device=None):
+    "An attention function `(q, k, v) -> out` applying mask_mod `mod` to `shape` = (batch, q_len, kv_len) scores."
+    n, q_len, kv_len = shape   # keys: kv_len - q_len context, then the q_len block keys
     device = torch.device(device or "cpu")
     if impl == "auto": impl = "flex" if device.type == "cuda" else "blockwise"
     if impl == "blockwise": return _blockwise_attend(mod, n, q_len, kv_len - q_len, block_size, device)
@@ -295,7 +296,7 @@ def _run_layers(self: DFlashDraftModel, x, ctx: list, pos, anchors, ctx_len: int
     cos, sin = rope_cos_sin(pos, *self.rope(x.device))
     n, q_len, kinds = *x.shape[:2], c.layer_attention
     mod = lambda a: dflash_mask_mod(anchors, ctx_len, c.block_size, a.window, a.causal)
-    attends = {a: make_attend(mod(a), n, q_len, ctx_len + q_len, c.block_size, impl, x.device) for a in set(kinds)}
+    attends = {a: make_attend(mod(a), (n, q_len, ctx_len + q_len), c.block_size, impl, x.device) for a in set(kinds)}
     for layer, layer_ctx, a in zip(self.layers, ctx, kinds): x = layer(x, layer_ctx, cos, sin, attends[a])
     return self.norm(x)
 

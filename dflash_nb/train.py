@@ -20,8 +20,9 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from .config import DFlashConfig, DEFAULT_ROPE_THETA
 from .config import default_target_layer_ids
 from .model import DFlashDraftModel, drafter_state_dict, read_drafter_tensors
-from .extract import (HiddenStateCache, OnlineHiddenStates, select_taps, check_compatible, check_output_dir,
-                               read_prompt_file, cached_responses, atomic_write)
+from .storage import check_output_dir, atomic_write
+from .cache import HiddenStateCache, select_taps, check_compatible
+from .extract import OnlineHiddenStates, read_prompt_file, cached_responses
 
 # %% auto #0
 __all__ = ['LOSSES', 'SOURCES', 'SCHEDULES', 'PARALLELS', 'KINDS', 'WHOLE_ON_RANK0', 'RESUME_FREE', 'DRAFTER_KEYS', 'TrainConfig',

@@ -8,7 +8,8 @@ same path, with one thread in the child and here. No wait assumes a speed: each 
 import os, select, signal, subprocess, sys, textwrap, time
 from pathlib import Path
 import pytest, torch
-from dflash_nb.extract import HiddenStateCache, extract_to_cache, read_manifest
+from dflash_nb.cache import HiddenStateCache, read_manifest, CacheLayout
+from dflash_nb.extract import extract_to_cache
 from dflash_nb.target import tiny_target
 
 TAPS, SPS, BS, N = [1, 3, 5], 2, 2, 9
@@ -19,6 +20,7 @@ CHILD = textwrap.dedent("""
     torch.set_num_threads(1)
     sys.path.insert(0, {tests!r})
     from test_cache_faults import samples, TAPS, SPS, BS
+    from dflash_nb.cache import CacheLayout
     from dflash_nb.extract import extract_to_cache
     from dflash_nb.target import tiny_target
     out, where, at, slow = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
@@ -32,7 +34,8 @@ CHILD = textwrap.dedent("""
     def slowly(items):
         for s in items: time.sleep(slow); yield s
     print("ready", flush=True)
-    extract_to_cache(tiny_target("qwen3", seed=3), slowly(samples()), out, TAPS, samples_per_shard=SPS, batch_size=BS)
+    extract_to_cache(tiny_target("qwen3", seed=3), slowly(samples()), out, CacheLayout(TAPS, samples_per_shard=SPS),
+                     batch_size=BS)
 """)
 
 
@@ -47,7 +50,8 @@ def samples():
 
 def extract(out):
     torch.set_num_threads(1)
-    return extract_to_cache(tiny_target("qwen3", seed=3), samples(), out, TAPS, samples_per_shard=SPS, batch_size=BS)
+    return extract_to_cache(tiny_target("qwen3", seed=3), samples(), out, CacheLayout(TAPS, samples_per_shard=SPS),
+                            batch_size=BS)
 
 
 @pytest.fixture(scope="module")

@@ -6,12 +6,13 @@ from pathlib import Path
 import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 from dflash_nb.target import tiny_target
-from dflash_nb.extract import extract_to_cache, HiddenStateCache
+from dflash_nb.cache import HiddenStateCache, CacheLayout
+from dflash_nb.extract import extract_to_cache
 
 _tmp = tempfile.TemporaryDirectory()
 BASE = extract_to_cache(tiny_target("qwen3", num_layers=4, hidden_size=16, vocab_size=64),
                         [{"input_ids": torch.arange(5 + i), "loss_mask": torch.ones(5 + i, dtype=torch.long)} for i in range(3)],
-                        Path(_tmp.name) / "base", [1, 2], samples_per_shard=2)
+                        Path(_tmp.name) / "base", CacheLayout([1, 2], samples_per_shard=2))
 GOOD = json.loads((BASE / "manifest.json").read_text())
 junk = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(allow_nan=True), st.text(max_size=8),
                  st.lists(st.integers(-3, 50), max_size=4), st.dictionaries(st.text(max_size=4), st.integers(), max_size=2))

@@ -6,7 +6,8 @@ import json, os, re, subprocess, sys
 from pathlib import Path
 import pytest, torch
 import dflash_nb
-from dflash_nb.extract import HiddenStateCache, extract_samples, generate_responses
+from dflash_nb.cache import HiddenStateCache
+from dflash_nb.extract import extract_samples, generate_responses
 from dflash_nb.target import tiny_target
 
 ROOT = Path(dflash_nb.__file__).parent.parent

@@ -56,7 +56,8 @@ def test_pipeline_extract_train_offline_online_lossless(target, tmp_path):
     from dflash_nb.config import default_target_layer_ids
     from dflash_nb.decode import greedy_generate, speculative_generate
     from dflash_nb.eval import offline_tau
-    from dflash_nb.extract import HiddenStateCache, cached_responses, eos_token_ids, extract_to_cache
+    from dflash_nb.cache import HiddenStateCache
+    from dflash_nb.extract import cached_responses, eos_token_ids, extract_to_cache
     from dflash_nb.model import DFlashDraftModel
     from dflash_nb.toy import load_prompts
     from dflash_nb.train import TrainConfig, train

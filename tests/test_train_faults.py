@@ -7,6 +7,7 @@ step and bit-identical weights as a run that was never interrupted, and leave no
 Nothing here assumes a speed: every wait polls a condition under a generous deadline (`DEADLINE`) and a failure shows the
 child's log; a kill that comes late (a busy machine) still lands before the run can finish (see `HOLD_AT` in `CHILD`).
 """
+from dflash_nb.cache import CacheLayout
 import json, os, random, signal, subprocess, sys, textwrap, time
 from dataclasses import asdict
 from pathlib import Path
@@ -30,7 +31,7 @@ def fixture_dir(tmp_path_factory):
     g = torch.Generator().manual_seed(0)
     samples = [{"input_ids": torch.randint(0, 95, (n,), generator=g), "loss_mask": (torch.arange(n) >= 3).long()}
                for n in (12, 20, 9, 16, 25, 14, 18, 11)]
-    extract_to_cache(tt, samples, d / "cache", [1, 2, 3, 4, 5], dtype=torch.float32, samples_per_shard=4)
+    extract_to_cache(tt, samples, d / "cache", CacheLayout([1, 2, 3, 4, 5], dtype=torch.float32, samples_per_shard=4))
     return d
 
 
