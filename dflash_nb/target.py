@@ -57,19 +57,22 @@ def fla_kernels(layer: nn.Module) -> dict[str, Callable]:
     return {n: getattr(mod, n) for n in LINEAR_KERNEL_NAMES if hasattr(mod, n)}
 
 def _importable(name: str) -> bool:
-    try: importlib.import_module(name); return True
+    try: importlib.import_module(name)
     except Exception: return False
+    return True
 
 def fla_missing() -> list[str]:
     "What the fla backend needs and this machine lacks (empty when fla can run)."
-    return [what for what, ok in (("CUDA", lambda: torch.cuda.is_available()), ("triton", lambda: _importable("triton")),
-            ("flash-linear-attention (fla.ops.gated_delta_rule)", lambda: _importable("fla.ops.gated_delta_rule"))) if not ok()]
+    needs = (("CUDA", lambda: torch.cuda.is_available()), ("triton", lambda: _importable("triton")),
+             ("flash-linear-attention (fla.ops.gated_delta_rule)", lambda: _importable("fla.ops.gated_delta_rule")))
+    return [what for what, ok in needs if not ok()]
 
 # %% ../nbs/02_target.ipynb #ed3d3aa8
 def use_linear_kernels(layer: nn.Module, kernels: dict[str, Callable]) -> nn.Module:
     "Rebind `layer.forward` so the kernel names in its body call `kernels`."
     fwd = inspect.unwrap(type(layer).forward)
-    f = types.FunctionType(fwd.__code__, {**fwd.__globals__, **kernels}, fwd.__name__, fwd.__defaults__, fwd.__closure__)
+    scope = {**fwd.__globals__, **kernels}
+    f = types.FunctionType(fwd.__code__, scope, fwd.__name__, fwd.__defaults__, fwd.__closure__)
     f.__kwdefaults__, f.__qualname__ = fwd.__kwdefaults__, fwd.__qualname__
     layer.forward = types.MethodType(f, layer)
     return layer
@@ -85,7 +88,8 @@ LINEAR_BACKENDS = ("auto", "fla", "torch")
 def resolve_backend(backend: str = "auto", device="cpu") -> str:
     "The concrete linear-attention backend (`'fla'` or `'torch'`) that `backend` means for a model on `device`."
     if backend not in LINEAR_BACKENDS: raise ValueError(f"Unknown backend {backend!r}; use one of {LINEAR_BACKENDS}.")
-    missing = fla_missing() + ([] if torch.device(device).type == "cuda" else [f"the model on a CUDA device (it is on {device})"])
+    on_cpu = [] if torch.device(device).type == "cuda" else [f"the model on a CUDA device (it is on {device})"]
+    missing = fla_missing() + on_cpu
     if backend == "fla" and missing:
         raise RuntimeError(f"backend='fla' needs CUDA and an importable triton + flash-linear-attention; missing: "
                            f"{', '.join(missing)}. Use backend='torch' (or 'auto').")
@@ -124,7 +128,9 @@ class Target:
     @property
     def decoder_layers(self) -> nn.ModuleList: return self.model.get_decoder().layers
 
-    def __repr__(self): return f"Target({self.name!r}, {self.num_layers} layers, H={self.hidden_size}, V={self.vocab_size}, backend={self.backend!r})"
+    def __repr__(self):
+        return (f"Target({self.name!r}, {self.num_layers} layers, H={self.hidden_size}, V={self.vocab_size}, "
+                f"backend={self.backend!r})")
 
 # %% ../nbs/02_target.ipynb #240a6661
 def as_target(model: PreTrainedModel, tokenizer=None, name: str = "target", backend: str = "auto") -> Target:
@@ -140,8 +146,9 @@ def tiny_config(kind: str = "qwen3_5", num_layers: int = 8, hidden_size: int = 6
     "A small HF config of family `kind` (4 heads, 2 kv heads)."
     if kind not in TINY_KINDS: raise ValueError(f"Unknown kind {kind!r}; use one of {TINY_KINDS}.")
     if hidden_size % 4: raise ValueError(f"hidden_size must be a multiple of 4 (4 heads), got {hidden_size}.")
-    d, hd = dict(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=num_layers,
-                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048), hidden_size // 4
+    d = dict(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+             num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
+    hd = hidden_size // 4
     if kind == "llama": return LlamaConfig(**d)
     if kind == "qwen3": return Qwen3Config(**d, head_dim=hd)
     return Qwen3_5TextConfig(**d, head_dim=hd, linear_key_head_dim=hd, linear_value_head_dim=hd,
@@ -183,7 +190,8 @@ def load_tokenizer(path: Path):
 def load_target(path, backend="auto", dtype=torch.float32, device="cpu") -> Target:
     "Load the HF causal LM in `path` as a frozen `Target`; `dtype`: a torch dtype, its name, or 'auto' (as saved)."
     path = Path(path)
-    if not path.is_dir(): raise FileNotFoundError(f"Target directory {path} does not exist; pass a local HF model directory.")
+    if not path.is_dir():
+        raise FileNotFoundError(f"Target directory {path} does not exist; pass a local HF model directory.")
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path} has no config.json, so it is not a Hugging Face model directory.")
     dtype = checkpoint_dtype(path) if dtype == "auto" else as_dtype(dtype)

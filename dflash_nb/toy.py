@@ -36,7 +36,8 @@ def _in_corpus(rel: Path) -> bool:
 def corpus_files(root: Path | None = None) -> list[Path]:
     "The standard library's `.py` files under `root` (default: this interpreter's), sorted, without tests."
     root = Path(root or stdlib_root())
-    return sorted((p for p in root.rglob("*.py") if _in_corpus(p.relative_to(root))), key=lambda p: p.relative_to(root).as_posix())
+    files = (p for p in root.rglob("*.py") if _in_corpus(p.relative_to(root)))
+    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
 
 # %% ../nbs/02a_toy_target.ipynb #d55f5218
 def is_heldout(name: str, frac: float = 0.05) -> bool:
@@ -135,8 +136,9 @@ def batches(rows: torch.Tensor, batch_size: int, seed: int):
 def make_optimizer(model: torch.nn.Module, r: ToyRecipe) -> torch.optim.AdamW:
     "AdamW with weight decay on the matrices only (not norms, biases or gates)."
     params = [p for p in model.parameters() if p.requires_grad]
-    return torch.optim.AdamW([{"params": [p for p in params if p.ndim >= 2], "weight_decay": r.weight_decay},
-                              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}], lr=r.lr, betas=(0.9, 0.95))
+    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": r.weight_decay},
+              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=r.lr, betas=(0.9, 0.95))
 
 def train_lm(model: torch.nn.Module, rows: torch.Tensor, r: ToyRecipe, log=None, log_every: int = 50) -> list[float]:
     "Train `model` on `rows` for `r.steps` steps; return the per-step losses."
@@ -148,9 +150,11 @@ def train_lm(model: torch.nn.Module, rows: torch.Tensor, r: ToyRecipe, log=None,
         loss = model(input_ids=x, labels=x).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), r.grad_clip)
-        opt.step(); opt.zero_grad(set_to_none=True)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
-        if log and (step % log_every == 0 or step == r.steps - 1): log(f"step {step} loss {loss.item():.3f} lr {cosine_lr(step, r):.2e}")
+        if log and (step % log_every == 0 or step == r.steps - 1):
+            log(f"step {step} loss {loss.item():.3f} lr {cosine_lr(step, r):.2e}")
     return losses
 
 # %% ../nbs/02a_toy_target.ipynb #9149de0a
@@ -178,17 +182,23 @@ def build_toy_target(out_dir, r: ToyRecipe = ToyRecipe(), root: Path | None = No
     t0, cpu0, log = time.time(), time.process_time(), log or (lambda s: None)
     train_docs, held_docs = split_corpus(read_corpus(root, max_files), r.heldout_frac)
     tok = train_tokenizer([t for _, t in train_docs], r.vocab_size)
-    train_rows, held_rows = encode_docs(tok, train_docs, r.seq_len), encode_docs(tok, held_docs, r.seq_len)[: r.max_eval_rows]
-    log(f"{len(train_docs)} train / {len(held_docs)} held-out files, {train_rows.numel()} train tokens ({time.time() - t0:.0f}s)")
+    train_rows = encode_docs(tok, train_docs, r.seq_len)
+    held_rows = encode_docs(tok, held_docs, r.seq_len)[: r.max_eval_rows]
+    log(f"{len(train_docs)} train / {len(held_docs)} held-out files, {train_rows.numel()} train tokens "
+        f"({time.time() - t0:.0f}s)")
     model = new_toy_model(r, tok)
     losses = train_lm(model, train_rows, r, log)
-    info = dict(recipe=asdict(r), seed=r.seed, torch_threads=torch.get_num_threads(), corpus=f"python{sys.version_info.major}.{sys.version_info.minor} stdlib",
+    corpus = f"python{sys.version_info.major}.{sys.version_info.minor} stdlib"
+    info = dict(recipe=asdict(r), seed=r.seed, torch_threads=torch.get_num_threads(), corpus=corpus,
                 train_files=len(train_docs), heldout_files=len(held_docs), train_tokens=train_rows.numel(),
                 tokens_seen=r.steps * r.batch_size * r.seq_len, final_train_loss=sum(losses[-20:]) / len(losses[-20:]),
-                heldout_ppl=perplexity(model, held_rows), unigram_ppl=unigram_perplexity(train_rows, held_rows, len(tok)))
+                heldout_ppl=perplexity(model, held_rows),
+                unigram_ppl=unigram_perplexity(train_rows, held_rows, len(tok)))
     info |= dict(wall_s=round(time.time() - t0, 1), cpu_s=round(time.process_time() - cpu0, 1))
-    out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out); tok.save_pretrained(out)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
     (out / "training.json").write_text(json.dumps(info, indent=2) + "\n")
     log(json.dumps(info))
     return info
@@ -225,10 +235,13 @@ EVAL_PROMPTS = [
     ("fibonacci", 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'),
     ("is_prime", 'def is_prime(n):\n    """Return True if n is a prime number."""\n'),
     ("reverse_string", 'def reverse_string(s):\n    """Return the string s reversed."""\n'),
-    ("word_count", 'def word_count(text):\n    """Return a dict mapping each word of text to its number of occurrences."""\n'),
-    ("binary_search", 'def binary_search(items, target):\n    """Return the index of target in the sorted list items, or -1."""\n'),
+    ("word_count", 'def word_count(text):\n'
+                   '    """Return a dict mapping each word of text to its number of occurrences."""\n'),
+    ("binary_search", 'def binary_search(items, target):\n'
+                      '    """Return the index of target in the sorted list items, or -1."""\n'),
     ("flatten", 'def flatten(nested):\n    """Flatten a list of lists into a single list."""\n'),
-    ("parse_csv_line", 'def parse_csv_line(line, sep=","):\n    """Split one line of CSV into a list of stripped fields."""\n'),
+    ("parse_csv_line", 'def parse_csv_line(line, sep=","):\n'
+                       '    """Split one line of CSV into a list of stripped fields."""\n'),
     ("factorial", 'def factorial(n):\n    """Return n! for a non-negative integer n."""\n'),
     ("gcd", 'def gcd(a, b):\n    """Return the greatest common divisor of a and b."""\n'),
     ("is_palindrome", 'def is_palindrome(s):\n    """Return True if s reads the same forwards and backwards."""\n'),
@@ -237,14 +250,23 @@ EVAL_PROMPTS = [
     ("chunks", 'def chunks(seq, size):\n    """Yield successive chunks of length size from seq."""\n'),
     ("stack", 'class Stack:\n    """A simple last-in, first-out stack."""\n\n    def __init__(self):\n'),
     ("point", 'class Point:\n    """A point in the plane."""\n\n    def __init__(self, x, y):\n'),
-    ("lru_cache", 'class LRUCache:\n    """A least-recently-used cache with a fixed capacity."""\n\n    def __init__(self, capacity):\n'),
-    ("list_python_files", 'import os\n\n\ndef list_python_files(directory):\n    """Return the paths of the .py files in directory."""\n'),
-    ("load_config", 'import json\n\n\ndef load_config(path):\n    """Read a JSON config file and return it as a dict."""\n'),
-    ("find_emails", 'import re\n\n\ndef find_emails(text):\n    """Return all the e-mail addresses found in text."""\n'),
-    ("celsius_to_fahrenheit", 'def celsius_to_fahrenheit(celsius):\n    """Convert a temperature from Celsius to Fahrenheit."""\n'),
+    ("lru_cache", 'class LRUCache:\n'
+                  '    """A least-recently-used cache with a fixed capacity."""\n'
+                  '\n    def __init__(self, capacity):\n'),
+    ("list_python_files", 'import os\n'
+                          '\n\ndef list_python_files(directory):\n'
+                          '    """Return the paths of the .py files in directory."""\n'),
+    ("load_config", 'import json\n'
+                    '\n\ndef load_config(path):\n    """Read a JSON config file and return it as a dict."""\n'),
+    ("find_emails", 'import re\n'
+                    '\n\ndef find_emails(text):\n    """Return all the e-mail addresses found in text."""\n'),
+    ("celsius_to_fahrenheit", 'def celsius_to_fahrenheit(celsius):\n'
+                              '    """Convert a temperature from Celsius to Fahrenheit."""\n'),
     ("unique", 'def unique(items):\n    """Return the items without duplicates, keeping their first order."""\n'),
     ("max_subarray", 'def max_subarray(nums):\n    """Return the largest sum of a contiguous slice of nums."""\n'),
-    ("read_lines", 'def read_lines(path):\n    """Return the lines of the file at path without trailing newlines."""\n    with open(path) as f:\n'),
+    ("read_lines", 'def read_lines(path):\n'
+                   '    """Return the lines of the file at path without trailing newlines."""\n'
+                   '    with open(path) as f:\n'),
 ]
 
 def eval_prompts() -> list[dict]:
@@ -323,7 +345,8 @@ def train_topics() -> list[tuple[str, str, str, str, str]]:
 PROMPT_TEMPLATES = {
     "def": 'def {name}({args}):\n    """{doc}"""\n',
     "import": 'import {module}\n\n\ndef {name}({args}):\n    """{doc}"""\n',
-    "method": 'class {cls}:\n    """Helpers for {group} values."""\n\n    def {name}(self, {args}):\n        """{doc}"""\n',
+    "method": ('class {cls}:\n    """Helpers for {group} values."""\n\n'
+               '    def {name}(self, {args}):\n        """{doc}"""\n'),
     "comment": '# {doc}\ndef {name}({args}):\n',
 }
 
@@ -338,7 +361,8 @@ PROMPT_SPLITS = ("eval", "train")
 
 def write_jsonl(path, rows: list[dict]) -> Path:
     "Write `rows` to `path` as JSON lines."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
