@@ -97,7 +97,7 @@ def tap_sites(tap_ids, num_layers: int, convention: str = TAP_CONVENTION) -> dic
 # %% ../nbs/03a_extract.ipynb #aa707f29
 @contextmanager
 def capture_layers(layers, sites: dict):
-    "Inside the block, `{name: tensor}` of each site's `(layer, 'output'|'input')`; hooks removed on exit, on error too."
+    "In the block, `{name: tensor}` of each site's `(layer, 'output'|'input')`; hooks removed on exit, on error too."
     got, handles = {}, []
     def keep(name, x): got[name] = x[0] if isinstance(x, tuple) else x
     def hook(k, side, name):
@@ -317,7 +317,8 @@ def _check_unkeyed(path: Path, records: list, target, prompts: list, chat: bool)
     ps = [prompt_token_ids(target, p, chat) for p in prompts]
     bad = [i for i, (r, p) in enumerate(zip(records, ps)) if r["input_ids"][:len(p)].tolist() != p]
     if bad:
-        raise ValueError(f"{path}: responses {bad[:5]} do not start with their prompts' tokens (other prompts?): {fix}.")
+        raise ValueError(f"{path}: responses {bad[:5]} do not start with their prompts' tokens (other prompts?): "
+                         f"{fix}.")
     warnings.warn(f"{path} has no key file (an older dflash_nb made it): it answers these prompts, but the target and "
                   f"max_new_tokens that made it cannot be checked; {fix} if either changed.", UserWarning, stacklevel=3)
     return records
@@ -373,15 +374,16 @@ def _cli_errors(prog: str):
 
 # %% ../nbs/03a_extract.ipynb #79b1f9a3
 def extract_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="dflash-extract", description="Regenerate a target's greedy responses to a prompt "
-                                 "file and cache its tapped hidden states (safetensors shards + manifest). Rerun to resume.")
+    what = ("Regenerate a target's greedy responses to a prompt file and cache its tapped hidden states "
+            "(safetensors shards + manifest). Rerun to resume.")
+    ap = argparse.ArgumentParser(prog="dflash-extract", description=what)
     ap.add_argument("--target", required=True, help="HF causal-LM directory (trust_remote_code is never used)")
     ap.add_argument("--prompts", required=True, help='JSON-lines file of {"id", "prompt"} rows')
     ap.add_argument("--out", required=True, help="output folder: the cache goes to OUT/cache, the responses to "
-                    "OUT/responses.jsonl (+ responses.key.json); HiddenStateCache, dflash-train --cache and dflash-eval "
-                    "--cache accept OUT or OUT/cache")
-    ap.add_argument("--taps", type=int, nargs="*", help="tap ids, ascending (default: 5 evenly spaced, e.g. 1 16 31 46 61 "
-                    "for 64 layers)")
+                    "OUT/responses.jsonl (+ responses.key.json); HiddenStateCache, dflash-train --cache and "
+                    "dflash-eval --cache accept OUT or OUT/cache")
+    ap.add_argument("--taps", type=int, nargs="*",
+                    help="tap ids, ascending (default: 5 evenly spaced, e.g. 1 16 31 46 61 for 64 layers)")
     ap.add_argument("--convention", default=TAP_CONVENTION,
                     help=f"tap id convention (default: {TAP_CONVENTION} = HF hidden_states[k+1])")
     ap.add_argument("--max-new-tokens", type=int, default=256, help="response length limit (default: 256)")
@@ -418,9 +420,10 @@ def extract_main(argv=None) -> None:
 
 # %% ../nbs/03a_extract.ipynb #ef18fd2a
 def import_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="dflash-import", description="Convert a folder of legacy per-sample .pt files "
-                                 "(aux_hidden [1,T,n*H], last_hidden [1,T,H], input_ids [1,T], optional loss_mask [1,T]) "
-                                 "into a hidden-state cache that dflash-train and dflash-eval read. Rerun to resume.")
+    what = ("Convert a folder of legacy per-sample .pt files (aux_hidden [1,T,n*H], last_hidden [1,T,H], "
+            "input_ids [1,T], optional loss_mask [1,T]) into a hidden-state cache that dflash-train and dflash-eval "
+            "read. Rerun to resume.")
+    ap = argparse.ArgumentParser(prog="dflash-import", description=what)
     ap.add_argument("--src", required=True,
                     help="folder of .pt files, one per sample (natural order: data_2.pt before data_10.pt)")
     ap.add_argument("--out", required=True, help="cache directory to write")
@@ -437,7 +440,8 @@ def import_parser() -> argparse.ArgumentParser:
                      "and evaluation check the cache against it); needed for --last-hidden normed and --check")
     who.add_argument("--target-hash", help="the target's config hash, recorded when its weights are not at hand")
     ap.add_argument("--check", type=int, default=0, metavar="N", help="after importing, re-extract N samples with "
-                    "--target and print each tap's and each last_hidden reading's relative error (default: 0, no check)")
+                    "--target and print each tap's and each last_hidden reading's relative error "
+                    "(default: 0, no check)")
     ap.add_argument("--convention", default=TAP_CONVENTION,
                     help=f"tap id convention (default: {TAP_CONVENTION} = HF hidden_states[k+1])")
     ap.add_argument("--dtype", choices=sorted(CACHE_DTYPES), default="bfloat16",
