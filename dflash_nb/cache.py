@@ -113,6 +113,7 @@ def write_shard(out_dir, index: int, records: list[dict], m: dict, digest: str =
 class CacheShardError(ValueError):
     "A cache shard that is missing, truncated or corrupt."
 
+# %% ../nbs/03_cache.ipynb #1b2a1d84
 def check_shard(cache_dir, entry: dict, m: dict, checksum: bool = False):
     "A CacheShardError naming the file unless shard `entry` matches it (size, header, shapes; sha256 if `checksum`)."
     path = Path(cache_dir) / entry["file"]
@@ -288,6 +289,7 @@ def select_taps(taps: torch.Tensor, have: list[int], want, hidden_size: int) -> 
     H = hidden_size
     return torch.cat([taps[:, p * H:(p + 1) * H] for p in _tap_positions(have, want)], -1)
 
+# %% ../nbs/03_cache.ipynb #35872ce7
 @patch
 def taps_for(self: HiddenStateCache, i: int, layer_ids) -> torch.Tensor:
     "Sample `i`'s taps restricted to `layer_ids` (ascending): [T, len(layer_ids)*H]."

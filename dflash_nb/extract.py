@@ -60,6 +60,7 @@ def eos_token_ids(target) -> list[int]:
     ids = _as_ids(getattr(target.tokenizer, "eos_token_id", None)) + _as_ids(getattr(gc, "eos_token_id", None))
     return sorted(set(ids))
 
+# %% ../nbs/03a_extract.ipynb #482c0196
 @torch.no_grad()
 def _greedy_batch(model, prompts: list[list[int]], max_new_tokens: int, pad_id: int, eos: list[int]) -> list[list[int]]:
     n = max(map(len, prompts))
@@ -398,6 +399,7 @@ def extract_parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", default="auto", help="auto (cuda when available), cpu or cuda")
     return ap
 
+# %% ../nbs/03a_extract.ipynb #56ad26a9
 def _extract(a) -> Path:
     from dflash_nb.config import default_target_layer_ids
     from dflash_nb.target import load_target
