@@ -67,7 +67,8 @@ def finish(p: subprocess.Popen, config: Path, timeout: float = DEADLINE) -> int:
     "The exit code of child `p`; a child still running after `timeout` s is killed and the test fails showing its log."
     try: return p.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        p.kill(); p.wait()
+        p.kill()
+        p.wait()
         pytest.fail(f"the child was still running after {timeout} s; the end of its log:\n{log_tail(config)}")
 
 
@@ -75,7 +76,7 @@ def logged_steps(out_dir: Path) -> list[int]:
     "Steps of the metrics.jsonl lines in file order (a resumed run logs some steps again)."
     f = out_dir / "metrics.jsonl"
     if not f.exists(): return []
-    return [json.loads(l)["step"] for l in f.read_text().splitlines() if l.endswith("}")]
+    return [json.loads(line)["step"] for line in f.read_text().splitlines() if line.endswith("}")]
 
 
 def final_digest(out_dir: Path) -> str:
