@@ -363,7 +363,7 @@ def online_data(cfg: TrainConfig, target, tap_ids, rank: int = 0, world: int = 1
     responses = cached_responses(target, prompts, path, cfg.max_new_tokens, 8)
     return OnlineHiddenStates(target, responses, tap_ids, source=str(path))
 
-# %% ../nbs/04a_train.ipynb #500508dc
+# %% ../nbs/04a_train.ipynb #f11b7f1c
 class Trainer:
     "A training run's state and the steps that advance it: `fit` loops `one_step`, which loops `one_batch`."
     def __init__(self, cfg: TrainConfig, target=None, data=None):
@@ -385,7 +385,7 @@ class Trainer:
         self.out.mkdir(parents=True, exist_ok=True)
         self.head = (self.target.model.get_decoder().norm, self.target.model.get_output_embeddings())
 
-# %% ../nbs/04a_train.ipynb #aaf1b3f5
+# %% ../nbs/04a_train.ipynb #82ad47ac
 @patch
 def _load(self: Trainer, target, data) -> tuple:
     "(target, data, drafter config): loaded per `cfg` unless given, the cache checked against the drafter."
@@ -399,7 +399,7 @@ def _load(self: Trainer, target, data) -> tuple:
     check_compatible(data, target_hash=target.config_hash, tap_ids=dc.target_layer_ids, convention=dc.tap_convention)
     return target, data, dc
 
-# %% ../nbs/04a_train.ipynb #44900813
+# %% ../nbs/04a_train.ipynb #feff6fa6
 RESUME_FREE = ("out_dir", "cache", "prompts", "target", "progress", "log_every", "save_every", "device")
 
 @patch
@@ -413,7 +413,7 @@ def _checkpoint_to_resume(self: Trainer) -> Path | None:
                               "Restore them to resume, or train into a new out_dir.")
     return ck
 
-# %% ../nbs/04a_train.ipynb #8b249480
+# %% ../nbs/04a_train.ipynb #88c9f78a
 @patch
 def _build_drafter(self: Trainer) -> tuple:
     "(model, what the loop runs, optimizer, checkpoint to resume or None)."
@@ -431,7 +431,7 @@ def _build_drafter(self: Trainer) -> tuple:
     opt = torch.optim.AdamW(trainable, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     return model, run, opt, ck
 
-# %% ../nbs/04a_train.ipynb #5dded492
+# %% ../nbs/04a_train.ipynb #87456fe1
 @patch
 def _restore(self: Trainer, ck: Path) -> int:
     "Load checkpoint `ck`'s optimizer state and this rank's RNG state; return the step to start from."
@@ -440,7 +440,7 @@ def _restore(self: Trainer, ck: Path) -> int:
     torch.set_rng_state(st["rngs"][self.rank])
     return st["step"]
 
-# %% ../nbs/04a_train.ipynb #b21246bd
+# %% ../nbs/04a_train.ipynb #8d45745d
 @patch
 def describe(self: Trainer) -> str:
     "One line for the log: the drafter's size and how much of it this rank holds, the data, and where the run starts."
@@ -452,7 +452,7 @@ def describe(self: Trainer) -> str:
     return (f"dflash-train: {n / 1e6:.2f}M trainable parameters, {how}, {here / 1e6:.2f}M on this rank; "
             f"{len(self.data)} samples from {source}; {start}")
 
-# %% ../nbs/04a_train.ipynb #ea1bcdf1
+# %% ../nbs/04a_train.ipynb #5a9cdee6
 def _to(b: Batch, device) -> Batch:
     return Batch(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in vars(b).items()})
 
@@ -461,7 +461,7 @@ def noise(self: Trainer) -> float:
     "The fc-input noise level at the current step."
     return noise_level(self.step, self.total, self.cfg.noise_std, self.cfg.noise_schedule)
 
-# %% ../nbs/04a_train.ipynb #f87e2d02
+# %% ../nbs/04a_train.ipynb #e84bc730
 @patch
 def one_batch(self: Trainer, micro: int) -> tuple:
     "Forward and backward of micro-batch `micro` of the current step: (acceptance counts, loss, tokens)."
@@ -475,7 +475,7 @@ def one_batch(self: Trainer, micro: int) -> tuple:
     (out["loss"] / cfg.grad_accum).backward()
     return acceptance_counts(out["correct"], out["supervised"]).cpu(), out["loss"].item(), int(b.loss_mask.numel())
 
-# %% ../nbs/04a_train.ipynb #f1b85434
+# %% ../nbs/04a_train.ipynb #31d0dd6b
 def _all_sum(t: torch.Tensor) -> torch.Tensor:
     if dist.is_initialized(): dist.all_reduce(t)
     return t
@@ -484,7 +484,7 @@ def _value(t: torch.Tensor) -> float:
     "A scalar tensor's value; FSDP's grad norm is a replicated DTensor."
     return (t.full_tensor() if hasattr(t, "full_tensor") else t).item()
 
-# %% ../nbs/04a_train.ipynb #451975c2
+# %% ../nbs/04a_train.ipynb #6f1b76f9
 @patch
 def one_step(self: Trainer) -> dict:
     "Optimizer step `self.step` over `grad_accum` micro-batches, then advance; returns its metrics, summed over ranks."
@@ -505,7 +505,7 @@ def one_step(self: Trainer) -> dict:
             **acceptance_metrics(tot[:-2].view(3, -1)), "tokens_per_s": tot[-1].item() / (time.perf_counter() - t0),
             "noise": noise}
 
-# %% ../nbs/04a_train.ipynb #b13d2d2c
+# %% ../nbs/04a_train.ipynb #40f09a56
 def _gather(obj, world: int) -> list:
     out = [None] * world
     if world > 1: dist.all_gather_object(out, obj)
@@ -524,7 +524,7 @@ def save(self: Trainer) -> None:
     if self.rank == 0: save_checkpoint(self.model, self.opt, self.out, state, tensors, opt_state)
     if self.world > 1: dist.barrier()
 
-# %% ../nbs/04a_train.ipynb #18385961
+# %% ../nbs/04a_train.ipynb #e5e656c8
 @patch
 def _due(self: Trainer, every: int) -> bool: return self.step % every == 0 or self.step == self.total
 
@@ -533,7 +533,7 @@ def log(self: Trainer, rec: dict) -> None:
     "Append `rec` to `out_dir/metrics.jsonl`."
     with open(self.out / "metrics.jsonl", "a") as f: f.write(json.dumps(rec) + "\n")
 
-# %% ../nbs/04a_train.ipynb #40be4e64
+# %% ../nbs/04a_train.ipynb #d6822095
 @patch
 def fit(self: Trainer, stop_after: int | None = None) -> Path | None:
     "Step until `total` (or `stop_after` steps, a simulated kill), logging and checkpointing on schedule."
@@ -551,7 +551,7 @@ def fit(self: Trainer, stop_after: int | None = None) -> Path | None:
     bar.close()
     return latest_checkpoint(self.out)
 
-# %% ../nbs/04a_train.ipynb #81c99587
+# %% ../nbs/04a_train.ipynb #d7f97df0
 def train(cfg: TrainConfig, target=None, data=None, stop_after: int | None = None) -> Path:
     "Train a drafter per `cfg` (`target`, `data` override its paths); `stop_after` steps simulate a kill."
     return Trainer(cfg, target, data).fit(stop_after)
