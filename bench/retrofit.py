@@ -25,18 +25,20 @@ def main():
     work, cfg, target = Path(a.work), DemoConfig(), load_toy_target()
     work.mkdir(parents=True, exist_ok=True)
     taps = default_target_layer_ids(target.num_layers, cfg.num_taps)
-    tr = cached_responses(target, load_prompts("train")[:cfg.n_train_prompts], work / "responses-train.jsonl", cfg.max_new_tokens, 8)
-    ev = cached_responses(target, load_prompts("eval")[:cfg.n_eval_prompts], work / "responses-eval.jsonl", cfg.max_new_tokens, 8)
+    respond = lambda split, n: cached_responses(target, load_prompts(split)[:n], work / f"responses-{split}.jsonl",
+                                                cfg.max_new_tokens, 8)
+    tr, ev = respond("train", cfg.n_train_prompts), respond("eval", cfg.n_eval_prompts)
     tr_c, ev_c = stage_cache(target, tr, work / "cache-train", taps), stage_cache(target, ev, work / "cache-eval", taps)
     shipped = repo_data_dir() / "toy-drafters"
     load = lambda p: DFlashDraftModel.from_pretrained(p, target_model=target.model).eval()
     tau = lambda m: offline_tau(m, ev_c, budgets=()).tau
     split = load(shipped / "split")
     retrofit_fused(split).save_pretrained(work / "retrofit-step0")
-    tuned = train(TrainConfig(init_from=str(work / "retrofit-step0"), out_dir=str(work / "retrofit-tuned"), steps=a.steps,
-                              num_anchors=cfg.num_anchors, batch_size=cfg.batch_size, lr=cfg.lr, seed=cfg.seed, progress=False),
-                  target=target, data=tr_c)
-    rows = [("split drafter (shipped, 400 steps)", tau(split)), ("fused drafter (shipped, 400 steps)", tau(load(shipped / "fused"))),
+    tune = TrainConfig(init_from=str(work / "retrofit-step0"), out_dir=str(work / "retrofit-tuned"), steps=a.steps,
+                       num_anchors=cfg.num_anchors, batch_size=cfg.batch_size, lr=cfg.lr, seed=cfg.seed, progress=False)
+    tuned = train(tune, target=target, data=tr_c)
+    rows = [("split drafter (shipped, 400 steps)", tau(split)),
+            ("fused drafter (shipped, 400 steps)", tau(load(shipped / "fused"))),
             ("retrofit of split -> fused, step 0", tau(load(work / "retrofit-step0"))),
             (f"retrofit after {a.steps} fine-tuning steps", tau(load(tuned)))]
     head = "drafter (offline chain tau, 24 eval prompts)"

@@ -44,12 +44,14 @@ def check_nproc(nproc: int, device: str = "auto", gpus: int | None = None) -> in
 def torchrun_command(config_path, nproc: int = 1, extra=()) -> list[str]:
     "The torchrun command line that trains `config_path` on `nproc` processes; ranks >= 1 log to files in out_dir/logs."
     a, unknown = train_parser().parse_known_args(["--config", str(config_path), *map(str, extra)])
-    if unknown: raise ValueError(f"dflash-train does not take {unknown}: `extra` may hold --out-dir, --steps and --device.")
+    if unknown:
+        raise ValueError(f"dflash-train does not take {unknown}: `extra` may hold --out-dir, --steps and --device.")
     cfg = load_train_config(a.config, out_dir=a.out_dir, steps=a.steps, device=a.device)
     check_nproc(nproc, cfg.device)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
     if nproc > 1:
-        cmd += ["--log-dir", str(Path(cfg.out_dir) / "logs"), "--redirects", ",".join(f"{r}:3" for r in range(1, nproc))]
+        redirects = ",".join(f"{r}:3" for r in range(1, nproc))
+        cmd += ["--log-dir", str(Path(cfg.out_dir) / "logs"), "--redirects", redirects]
     return cmd + ["-m", "dflash_nb.train", "--config", str(config_path), *map(str, extra)]
 
 # %% ../nbs/05_launch.ipynb #d0796cf2
@@ -57,8 +59,9 @@ class Launch:
     "A command running in its own process group, its merged stdout and stderr collected line by line."
     def __init__(self, cmd: list[str], out_dir, env: dict | None = None):
         self.cmd, self.out_dir, self.stopped, self._lines = list(cmd), Path(out_dir), False, []
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                                     env=os.environ | {"PYTHONUNBUFFERED": "1"} | (env or {}), start_new_session=True)
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     errors="replace", env=os.environ | {"PYTHONUNBUFFERED": "1"} | (env or {}),
+                                     start_new_session=True)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -70,7 +73,9 @@ class Launch:
     def tail(self, n: int = 20) -> list[str]: return self._lines[-n:]
     @property
     def running(self) -> bool: return self.proc.poll() is None
-    def __repr__(self): return f"Launch({self.out_dir}, pid {self.proc.pid}, {'running' if self.running else f'exit code {self.proc.returncode}'})"
+    def __repr__(self):
+        state = "running" if self.running else f"exit code {self.proc.returncode}"
+        return f"Launch({self.out_dir}, pid {self.proc.pid}, {state})"
 
 # %% ../nbs/05_launch.ipynb #722b4058
 _EXCEPTION = re.compile(r"^(?:\w+\.)*\w*(?:Error|Exception|Interrupt)(?::|$)")
@@ -92,8 +97,10 @@ def error(self: Launch, n: int = 30) -> str | None:
     rc = self.proc.poll()
     if rc in (None, 0) or self.stopped: return None
     self._reader.join(timeout=_DRAIN_S)
-    return (f"The run in {self.out_dir} exited with code {rc}: {failure_cause(self.lines()) or 'no Python exception in the log'}\n"
-            f"Last lines of its log (rank 0):\n" + "\n".join(self.tail(n)) + f"\nRanks >= 1 log under {self.out_dir / 'logs'}.")
+    cause = failure_cause(self.lines()) or "no Python exception in the log"
+    return (f"The run in {self.out_dir} exited with code {rc}: {cause}\n"
+            f"Last lines of its log (rank 0):\n" + "\n".join(self.tail(n))
+            + f"\nRanks >= 1 log under {self.out_dir / 'logs'}.")
 
 @patch
 def wait(self: Launch, timeout: float | None = None) -> int:
@@ -119,7 +126,7 @@ def stop(self: Launch, grace: float = 30.0) -> int:
 
 @patch
 def metrics(self: Launch) -> list[dict]:
-    "The run's metrics records so far; [] before its first logged step or while rank 0 is halfway through writing a line."
+    "The run's metrics records so far; [] before its first logged step or while rank 0 is half-way through a line."
     try: return read_metrics(self.out_dir) if (self.out_dir / "metrics.jsonl").exists() else []
     except json.JSONDecodeError: return []
 
@@ -143,11 +150,12 @@ def plot_metrics(records: list[dict]) -> Figure:
 # %% ../nbs/05_launch.ipynb #401ca285
 def _png(fig: Figure):
     from IPython.display import Image
-    buf = io.BytesIO(); fig.savefig(buf, format="png", dpi=80)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
     return Image(buf.getvalue())
 
 def watch(run: Launch, every: float = 2.0, n: int = 15) -> int:
-    "Show `run`'s last `n` log lines and its loss/τ̂ plot, refreshed every `every` s until it ends; return its exit code."
+    "Show `run`'s last `n` log lines and its loss/τ̂ plot, refreshed every `every` s until it ends; its exit code."
     from IPython.display import Pretty, display
     log, plot = display(Pretty(""), display_id=True), display(Pretty("no metrics yet"), display_id=True)
     while True:

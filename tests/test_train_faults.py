@@ -2,10 +2,12 @@
 
 A run is SIGKILLed several times at seeded-random moments (inside a step, or while a checkpoint is being written),
 relaunched with the same config each time, and finally allowed to finish. It must end with the same loss at every
-step and bit-identical weights as a run that was never interrupted, and leave no temporary or superseded checkpoint directory.
+step and bit-identical weights as a run that was never interrupted, and leave no temporary or superseded checkpoint
+directory.
 
-Nothing here assumes a speed: every wait polls a condition under a generous deadline (`DEADLINE`) and a failure shows the
-child's log; a kill that comes late (a busy machine) still lands before the run can finish (see `HOLD_AT` in `CHILD`).
+Nothing here assumes a speed: every wait polls a condition under a generous deadline (`DEADLINE`) and a failure shows
+the child's log; a kill that comes late (a busy machine) still lands before the run can finish (see `HOLD_AT` in
+`CHILD`).
 """
 from dflash_nb.cache import CacheLayout
 import json, os, random, signal, subprocess, sys, textwrap, time
@@ -15,7 +17,8 @@ import pytest, torch, yaml
 from dflash_nb.extract import extract_to_cache
 from dflash_nb.model import DFlashDraftModel
 from dflash_nb.target import tiny_target
-from dflash_nb.train import TrainConfig, latest_checkpoint, read_metrics, weight_digest
+from dflash_nb.train import TrainConfig, read_metrics
+from dflash_nb.checkpoint import latest_checkpoint, weight_digest
 
 STEPS, SAVE_EVERY = 16, 2   # a step takes ~6 ms and a checkpoint ~5 ms here; starting the process ~3 s
 ENV = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -48,10 +51,11 @@ def run_config(fx: Path, out_dir: Path) -> Path:
 
 
 def start(config: Path, code: str | None = None, env: dict | None = None) -> subprocess.Popen:
-    "`python -m dflash_nb.train --config ...` (or `code` run with the same argv), its output in a log beside the config."
+    "`python -m dflash_nb.train --config ...` (or `code` run with the same argv), logging to a file beside the config."
     cmd = [sys.executable, "-m", "dflash_nb.train"] if code is None else [sys.executable, "-c", code]
     with open(config.with_suffix(".log"), "a") as log:
-        return subprocess.Popen(cmd + ["--config", str(config)], stdout=log, stderr=subprocess.STDOUT, env=ENV | (env or {}))
+        return subprocess.Popen(cmd + ["--config", str(config)], stdout=log, stderr=subprocess.STDOUT,
+                                env=ENV | (env or {}))
 
 
 def log_tail(config: Path, n: int = 3000) -> str:
@@ -64,7 +68,8 @@ def finish(p: subprocess.Popen, config: Path, timeout: float = DEADLINE) -> int:
     "The exit code of child `p`; a child still running after `timeout` s is killed and the test fails showing its log."
     try: return p.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        p.kill(); p.wait()
+        p.kill()
+        p.wait()
         pytest.fail(f"the child was still running after {timeout} s; the end of its log:\n{log_tail(config)}")
 
 
@@ -72,7 +77,7 @@ def logged_steps(out_dir: Path) -> list[int]:
     "Steps of the metrics.jsonl lines in file order (a resumed run logs some steps again)."
     f = out_dir / "metrics.jsonl"
     if not f.exists(): return []
-    return [json.loads(l)["step"] for l in f.read_text().splitlines() if l.endswith("}")]
+    return [json.loads(line)["step"] for line in f.read_text().splitlines() if line.endswith("}")]
 
 
 def final_digest(out_dir: Path) -> str:
@@ -92,11 +97,11 @@ def reference(fixture_dir):
     return out
 
 
-# A child that is `dflash-train` with `os.replace` wrapped, so it can SIGKILL itself at a chosen point of the checkpoint
-# protocol: `save_checkpoint` renames `.step-N.tmp` to `step-N`, then replaces `latest.json` (via `latest.json.tmp`).
-# With HOLD_AT=n it stops itself (SIGSTOP) before installing a checkpoint of step >= n: `kill_at` aims its SIGKILL within
-# ~25 ms of step n - 3, so the hold only matters when the parent is late (a busy machine), and the kill then lands there,
-# inside a checkpoint write, instead of after a run that has finished.
+# A child that is `dflash-train` with `os.replace` wrapped, so it can SIGKILL itself at a chosen point of the
+# checkpoint protocol: `dflash_nb.checkpoint.save_checkpoint` renames `.step-N.tmp` to `step-N`, then replaces
+# `latest.json` (via `latest.json.tmp`). With HOLD_AT=n it stops itself (SIGSTOP) before installing a checkpoint of
+# step >= n: `kill_at` aims its SIGKILL within ~25 ms of step n - 3, so the hold only matters when the parent is late
+# (a busy machine), and the kill then lands there, inside a checkpoint write, instead of after a run that has finished.
 CHILD = textwrap.dedent("""
     import os, signal, sys
     where, step = os.environ.get("KILL_WHERE", ""), int(os.environ.get("KILL_STEP", "0"))
@@ -106,9 +111,10 @@ CHILD = textwrap.dedent("""
         src, dst = str(src), str(dst)
         installs = os.path.basename(dst).startswith("step-") and src.endswith(".tmp")
         if hold and installs and int(os.path.basename(dst)[5:]) >= hold: os.kill(os.getpid(), signal.SIGSTOP)
-        if where == "before_rename" and dst.endswith(f"step-{step:07d}") and src.endswith(".tmp"): os.kill(os.getpid(), signal.SIGKILL)
+        this = dst.endswith(f"step-{step:07d}") and src.endswith(".tmp")
+        if where == "before_rename" and this: os.kill(os.getpid(), signal.SIGKILL)
         real(src, dst)
-        if where == "before_latest" and dst.endswith(f"step-{step:07d}") and src.endswith(".tmp"): os.kill(os.getpid(), signal.SIGKILL)
+        if where == "before_latest" and this: os.kill(os.getpid(), signal.SIGKILL)
     os.replace = replace
     from dflash_nb.train import train_main
     train_main(sys.argv[1:])
@@ -145,7 +151,8 @@ def test_sigkill_training_at_random_points_then_resume(fixture_dir, reference):
         ck = latest_checkpoint(out)
         done = int(ck.name.split("-")[1]) if ck else 0
         if done + 1 > STEPS - 3: break
-        step, delay = rng.randint(done + 1, min(done + 3, STEPS - 3)), rng.uniform(0.0, 0.02)  # within ~2 steps and saves
+        # within ~2 steps and saves:
+        step, delay = rng.randint(done + 1, min(done + 3, STEPS - 3)), rng.uniform(0.0, 0.02)
         kill_at(config, out, step, delay)
         kills.append((step, round(delay, 3), latest_checkpoint(out).name if latest_checkpoint(out) else None))
     print("kills (step logged, delay s, latest checkpoint after the kill):", kills)
@@ -156,7 +163,7 @@ def test_sigkill_training_at_random_points_then_resume(fixture_dir, reference):
 
 @pytest.mark.parametrize("where", ["before_rename", "before_latest"])
 def test_sigkill_inside_checkpoint_write_then_resume(fixture_dir, reference, where):
-    "Killed while step 4 is being installed: the previous checkpoint stays the latest, and the resumed run is identical."
+    "Killed while step 4 is being installed: the previous checkpoint stays the latest; the resumed run is identical."
     out = fixture_dir / f"ckpt-{where}"
     config = run_config(fixture_dir, out)
     kill = dict(KILL_WHERE=where, KILL_STEP="4")
