@@ -225,6 +225,7 @@ SHOW = ("describe", "progress", "plot")
 def compare(drafters, cache: HiddenStateCache, target_model=None, budgets=(8,), indices=None, show=SHOW):
     "Evaluate `drafters` (see `load_drafters`) side by side over `cache`: (rows, results, axes or None)."
     from dflash_nb.target import config_hash
+    show = (show,) if isinstance(show, str) else show
     if bad := set(show) - set(SHOW): raise ValueError(f"Unknown show {sorted(bad)}: use any of {SHOW}.")
     models = load_drafters(drafters, target_model)
     if "describe" in show: print("\n".join(describe_drafter(m, n) for n, m in models.items()))
