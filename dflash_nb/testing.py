@@ -1,4 +1,4 @@
-"""The tiny, seeded fixtures the notebooks' tests share: a drafter config, a hybrid target, prompts, a hidden-state
+"""Tiny seeded fixtures every notebook's tests share, built once per test session and kept on disk.
 
 Docs: https://dflash-nb.github.io/dflash_nb/testing.html.md"""
 
