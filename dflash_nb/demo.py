@@ -1,4 +1,4 @@
-"""`dflash-demo --out runs/demo`: the toy target's own responses, a hidden-state cache, a fused and a split drafter trained with the same budget, offline and online τ, diagnostics, and a `report.md` with the plots.
+"""`dflash-demo --out runs/demo`: from the toy target to a fused and a split drafter, compared in `report.md`.
 
 Docs: https://dflash-nb.github.io/dflash_nb/demo.html.md"""
 

@@ -1,4 +1,4 @@
-"""Why a drafter accepts what it accepts: hidden-state norms per target layer, what `fc` does with each tap, acceptance by position, tap ablations, and retrofitting a split drafter into a fused one.
+"""Why a drafter accepts what it accepts: layer norms, what `fc` does with each tap, ablations, retrofit.
 
 Docs: https://dflash-nb.github.io/dflash_nb/diagnostics.html.md"""
 

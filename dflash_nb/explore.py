@@ -1,4 +1,4 @@
-"""An interactive explorer over drafters and a cache: scale each tap's input, pick a prompt, switch layout, and watch τ, the per-position acceptance and the contribution bars move.
+"""An interactive explorer: scale each tap's input, pick a prompt or a layout, and watch τ and the bars move.
 
 Docs: https://dflash-nb.github.io/dflash_nb/explore_taps.html.md"""
 
