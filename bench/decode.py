@@ -16,7 +16,8 @@ import torch
 from dflash_nb.config import default_target_layer_ids
 from dflash_nb.decode import check_decodable, speculative_generate, time_per_token
 from dflash_nb.eval import offline_tau
-from dflash_nb.extract import HiddenStateCache, eos_token_ids, extract_to_cache, generate_responses, prompt_token_ids
+from dflash_nb.extract import (HiddenStateCache, check_compatible, eos_token_ids, extract_to_cache, generate_responses,
+                               prompt_token_ids)
 from dflash_nb.model import DFlashDraftModel
 from dflash_nb.target import load_target, tiny_target
 from dflash_nb.train import TrainConfig, train
@@ -31,7 +32,8 @@ def get_target(path):
         from dflash_nb.toy import load_toy_target
         return load_toy_target(), "toy target (Qwen3.5 hybrid)"
     except Exception as e:
-        print(f"note: toy target unavailable ({type(e).__name__}: {e}); using tiny_target('qwen3_5', 12 layers, H=128, V=4096)")
+        print(f"note: toy target unavailable ({type(e).__name__}: {e}); "
+              "using tiny_target('qwen3_5', 12 layers, H=128, V=4096)")
         return tiny_target("qwen3_5", num_layers=12, hidden_size=128, vocab_size=4096), "tiny random Qwen3.5 stand-in"
 
 
@@ -44,7 +46,8 @@ def get_prompts(split, n, target, seed=0):
     except Exception as e:
         print(f"note: {split} prompts unavailable ({type(e).__name__}: {e}); using random token prompts")
         g = torch.Generator().manual_seed(seed)
-        return [torch.randint(3, target.vocab_size, (int(torch.randint(16, 49, (1,), generator=g)),), generator=g).tolist() for _ in range(n)]
+        length = lambda: int(torch.randint(16, 49, (1,), generator=g))
+        return [torch.randint(3, target.vocab_size, (length(),), generator=g).tolist() for _ in range(n)]
 
 
 def response_cache(target, prompts, max_new_tokens, tap_ids, out_dir):
@@ -55,9 +58,11 @@ def response_cache(target, prompts, max_new_tokens, tap_ids, out_dir):
 
 def get_drafter(args, target, work):
     "The drafter of `--drafter`, a quickly trained one, or a random one."
-    if args.drafter: return DFlashDraftModel.from_pretrained(args.drafter, target_model=target.model), f"checkpoint {args.drafter}"
+    if args.drafter:
+        return DFlashDraftModel.from_pretrained(args.drafter, target_model=target.model), f"checkpoint {args.drafter}"
     drafter_cfg = dict(num_hidden_layers=2, block_size=args.block_size)
-    if target.tokenizer is None or target.tokenizer.mask_token_id is None: drafter_cfg["mask_token_id"] = target.vocab_size - 1
+    if target.tokenizer is None or target.tokenizer.mask_token_id is None:
+        drafter_cfg["mask_token_id"] = target.vocab_size - 1
     if args.train_steps == 0:
         from dflash_nb.train import drafter_config_for
         print("note: --train-steps 0: a random drafter (accepts almost nothing; τ near 1)")
@@ -100,8 +105,9 @@ def main():
         work = Path(d)
         drafter, dname = get_drafter(args, target, work)
         prompts = get_prompts("eval", args.prompts, target)
-        cache = response_cache(target, prompts, args.max_new_tokens, drafter.config.target_layer_ids, work / "eval-cache")
-        off = offline_tau(drafter, cache, budgets=BUDGETS, target_hash=target.config_hash)
+        cache = response_cache(target, prompts, args.max_new_tokens, drafter.config.target_layer_ids,
+                               work / "eval-cache")
+        off = offline_tau(drafter, check_compatible(cache, target_hash=target.config_hash), budgets=BUDGETS)
         responses = [cache[i]["input_ids"][len(p):].tolist() for i, p in enumerate(prompts)]
         runs = online(target, drafter, prompts, [len(r) for r in responses], eos)
     on_rounds = [r["acceptance"] for r in runs]
@@ -109,7 +115,9 @@ def main():
     lossless = all(r["tokens"] == resp for r, resp in zip(runs, responses))
     try:
         check_decodable(target, drafter, BUDGETS[0])
-        trees = {b: pooled([r["acceptance"] for r in online(target, drafter, prompts, [len(x) for x in responses], eos, b)]) for b in BUDGETS}
+        lengths = [len(x) for x in responses]
+        tree_runs = {b: online(target, drafter, prompts, lengths, eos, b) for b in BUDGETS}
+        trees = {b: pooled([r["acceptance"] for r in runs_b]) for b, runs_b in tree_runs.items()}
     except ValueError as e: trees, why = {}, str(e)
     tp = time_per_token(target, drafter, prompts, args.max_new_tokens, eos)
     rows = [("target", tname), ("drafter", f"{dname}; block {drafter.config.block_size}"),

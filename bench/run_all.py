@@ -10,7 +10,8 @@ from pathlib import Path
 HERE = Path(__file__).parent
 BENCHES = {"model": [], "extract": [], "train": [], "decode": [], "retrofit": []}
 QUICK = {"model": ["--anchors", "256", "--seq", "384"], "extract": ["--tokens", "10000", "--repeats", "1"],
-         "train": ["--steps", "40", "--prompts", "32"], "decode": ["--prompts", "6", "--train-steps", "100"], "retrofit": ["--steps", "30"]}
+         "train": ["--steps", "40", "--prompts", "32"], "decode": ["--prompts", "6", "--train-steps", "100"],
+         "retrofit": ["--steps", "30"]}
 
 
 def table_rows(text: str) -> list[list[str]]:
@@ -33,7 +34,9 @@ def main():
         t0 = time.perf_counter()
         p = subprocess.run([sys.executable, str(HERE / f"{name}.py"), *(QUICK[name] if a.quick else BENCHES[name])],
                            capture_output=True, text=True)
-        if p.returncode: out.append([name, "FAILED", p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"])
+        if p.returncode:
+            why = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"
+            out.append([name, "FAILED", why])
         out += [[name, *r] for r in table_rows(p.stdout)]
         out.append([name, "(bench wall time)", f"{time.perf_counter() - t0:.0f} s"])
     n = max(map(len, out))

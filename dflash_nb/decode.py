@@ -26,27 +26,35 @@ __all__ = ['TargetPass', 'new_cache', 'target_pass', 'clock', 'stop_ids', 'finis
 # %% ../nbs/07_decode.ipynb #e5bf587b
 @dataclass
 class TargetPass:
-    "One cached target forward: greedy next token at each input position, the drafter's taps, linear-attention inputs."
+    "One cached target forward: greedy next token at each position, the drafter's taps, linear-attention inputs."
     next_tokens: torch.Tensor   # [T]
     taps: torch.Tensor          # [T, n_taps*H], ascending tap ids
     mixer_inputs: dict          # {layer index: [1, T, H]} (only when asked for)
 
+# %% ../nbs/07_decode.ipynb #522982d2
 def new_cache(target: Target) -> DynamicCache:
     "An empty cache shaped for `target` (KV for attention layers, conv + recurrent state for linear ones)."
     return DynamicCache(config=target.model.config)
 
 # %% ../nbs/07_decode.ipynb #7c8a45aa
+def _tap_request(taps) -> tuple:
+    "(tap ids, convention) of `taps`: tap ids, or a (tap ids, convention) pair."
+    return taps if isinstance(taps, tuple) and len(taps) == 2 and isinstance(taps[1], str) else (taps, TAP_CONVENTION)
+
 @torch.no_grad()
-def target_pass(target: Target, ids: torch.Tensor, cache: DynamicCache, tap_ids, convention: str = TAP_CONVENTION,
-                position_ids=None, attention_mask=None, keep_mixer_inputs: bool = False, logits_to_keep: int = 0) -> TargetPass:
-    "Run `target` on `ids` [T] after `cache` (which it extends), capturing taps `tap_ids`; next tokens of the last `logits_to_keep` (0: all)."
-    dev = target.model.device
+def target_pass(target: Target, ids, cache: DynamicCache, taps, keep_mixer_inputs: bool = False,
+                logits_to_keep: int = 0) -> TargetPass:
+    "Run `target` on `ids` after `cache` (which it extends), capture `taps`; next tokens of the last `logits_to_keep`."
+    ids, position_ids, attention_mask = ids if isinstance(ids, tuple) else (ids, None, None)
+    tap_ids, convention = _tap_request(taps)
+    sites = tap_sites(tap_ids, target.num_layers, convention)
     mixers = {m.layer_idx: m for m in linear_attention_layers(target.model)} if keep_mixer_inputs else {}
-    with capture_layers(target.decoder_layers, tap_sites(tap_ids, target.num_layers, convention)) as taps, \
+    with capture_layers(target.decoder_layers, sites) as got, \
          capture_layers(mixers, {i: (i, "input") for i in mixers}) as inputs:
-        logits = target.model(input_ids=ids[None].to(dev), cache=cache, use_cache=True, position_ids=position_ids,
-                              attention_mask=attention_mask, logits_to_keep=logits_to_keep).logits
-    return TargetPass(logits[0].argmax(-1), torch.cat([taps[k] for k in sorted(taps)], -1)[0], dict(inputs))
+        logits = target.model(input_ids=ids[None].to(target.model.device), cache=cache, use_cache=True,
+                              position_ids=position_ids, attention_mask=attention_mask,
+                              logits_to_keep=logits_to_keep).logits
+    return TargetPass(logits[0].argmax(-1), torch.cat([got[k] for k in sorted(got)], -1)[0], dict(inputs))
 
 # %% ../nbs/07_decode.ipynb #634f1f52
 def clock(device) -> float:
@@ -54,13 +62,17 @@ def clock(device) -> float:
     if torch.device(device).type == "cuda": torch.cuda.synchronize(device)
     return time.perf_counter()
 
+# %% ../nbs/07_decode.ipynb #4a7be97d
 def _eos_set(eos_token_id) -> set:
+    "The ids of `eos_token_id` (None, an int or a list) as a set."
     return set() if eos_token_id is None else {eos_token_id} if isinstance(eos_token_id, int) else set(eos_token_id)
 
+# %% ../nbs/07_decode.ipynb #96af5bf2
 def stop_ids(target: Target, eos_token_id=None) -> set:
-    "The ids a decode of `target` stops after: its eos ids (`eos_token_ids`) for None, none for [], else `eos_token_id`."
+    "The ids a decode of `target` stops after: its eos ids (`eos_token_ids`) for None, none for [], else those given."
     return set(eos_token_ids(target)) if eos_token_id is None else _eos_set(eos_token_id)
 
+# %% ../nbs/07_decode.ipynb #609a32f3
 def finish_tokens(tokens: list[int], max_new_tokens: int, eos_token_id=None) -> list[int]:
     "`tokens` cut to `max_new_tokens`, and after the first eos."
     tokens, eos = tokens[:max_new_tokens], _eos_set(eos_token_id)
@@ -71,11 +83,14 @@ def finish_tokens(tokens: list[int], max_new_tokens: int, eos_token_id=None) -> 
 def greedy_generate(target: Target, prompt_ids, max_new_tokens: int, eos_token_id=None) -> dict:
     "The target's greedy decoding with its cache, to its eos (`[]`: none): tokens, prefill and decode seconds."
     dev, eos, cache = target.model.device, stop_ids(target, eos_token_id), new_cache(target)
-    def step(ids): return target.model(input_ids=ids.to(dev), cache=cache, use_cache=True, logits_to_keep=1).logits[0, -1].argmax().item()
+    def step(ids):
+        out = target.model(input_ids=ids.to(dev), cache=cache, use_cache=True, logits_to_keep=1)
+        return out.logits[0, -1].argmax().item()
     t0 = clock(dev)
     tokens = [step(torch.tensor([prompt_token_ids(target, prompt_ids)]))]
     t1 = clock(dev)
-    while len(tokens) < max_new_tokens and tokens[-1] not in eos: tokens.append(step(torch.tensor([[tokens[-1]]])))
+    while len(tokens) < max_new_tokens and tokens[-1] not in eos:
+        tokens.append(step(torch.tensor([[tokens[-1]]])))
     return dict(tokens=tokens, prefill_s=t1 - t0, decode_s=clock(dev) - t1)
 
 # %% ../nbs/07_decode.ipynb #79524f6a
@@ -104,23 +119,28 @@ class Decoding:
 def check_decodable(target: Target, drafter, tree_budget: int | None = None):
     "Raise a ValueError naming the problem if `drafter` cannot speculate for `target` (with a tree of `tree_budget`)."
     c, types = drafter.config, target.layer_types or ["full_attention"] * target.num_layers
-    want, got = (c.num_target_layers, c.hidden_size, c.vocab_size), (target.num_layers, target.hidden_size, target.vocab_size)
-    if want != got: raise ValueError(f"The drafter was made for a target of (layers, hidden, vocab) = {want}; "
-                                     f"{target.name!r} has {got}. Load the drafter trained for this target.")
+    want = (c.num_target_layers, c.hidden_size, c.vocab_size)
+    got = (target.num_layers, target.hidden_size, target.vocab_size)
+    if want != got:
+        raise ValueError(f"The drafter was made for a target of (layers, hidden, vocab) = {want}; "
+                         f"{target.name!r} has {got}. Load the drafter trained for this target.")
     by_type = lambda names: {t: [i for i, x in enumerate(types) if x == t] for t in names if t in types}
     if bad := by_type(set(types) - {"full_attention", "linear_attention"}):
-        raise ValueError(f"{target.name!r}: layers {bad} are not supported: speculative rollback needs full attention or linear attention.")
+        raise ValueError(f"{target.name!r}: layers {bad} are not supported: speculative rollback needs full "
+                         "attention or linear attention.")
     if tree_budget is not None and (lin := by_type(["linear_attention"])):
-        raise ValueError(f"{target.name!r}: linear-attention layers {lin['linear_attention']} keep a recurrent state that "
-                         "cannot branch, so a draft tree cannot be verified in one pass; use tree_budget=None.")
-    if tree_budget is not None and tree_budget < 1: raise ValueError(f"tree_budget={tree_budget}: a tree needs at least 1 node.")
+        raise ValueError(f"{target.name!r}: linear-attention layers {lin['linear_attention']} keep a recurrent state "
+                         "that cannot branch, so a draft tree cannot be verified in one pass; use tree_budget=None.")
+    if tree_budget is not None and tree_budget < 1:
+        raise ValueError(f"tree_budget={tree_budget}: a tree needs at least 1 node.")
 
 # %% ../nbs/07_decode.ipynb #72b3ce67
 def start_decoding(target: Target, drafter, prompt_ids) -> tuple[Decoding, float]:
     "Prefill `target` with the prompt; return the decoding state (context = the prompt's taps) and the prefill seconds."
     c, cache = drafter.config, new_cache(target)
     t0 = clock(target.model.device)
-    p = target_pass(target, torch.tensor(prompt_token_ids(target, prompt_ids)), cache, c.fc_layer_ids, c.tap_convention, logits_to_keep=1)
+    ids = torch.tensor(prompt_token_ids(target, prompt_ids))
+    p = target_pass(target, ids, cache, (c.fc_layer_ids, c.tap_convention), logits_to_keep=1)
     ctx = drafter.extend_context(p.taps[None])
     return Decoding(target, drafter, cache, ctx, [p.next_tokens[-1].item()]), clock(target.model.device) - t0
 
@@ -129,6 +149,7 @@ def accepted_prefix(drafts: torch.Tensor, target_next: torch.Tensor) -> int:
     "How many leading `drafts` equal the target's greedy tokens `target_next` at the same slots."
     return int((drafts == target_next).int().cumprod(0).sum())
 
+# %% ../nbs/07_decode.ipynb #3f201ecd
 def draft_block(s: Decoding) -> torch.Tensor:
     "The drafter's logits [B, V] for the block anchored at the bonus."
     return s.drafter.draft_logits(torch.tensor([s.tokens[-1]], device=s.device), s.context)[0]
@@ -136,15 +157,18 @@ def draft_block(s: Decoding) -> torch.Tensor:
 # %% ../nbs/07_decode.ipynb #7c2cb058
 def linear_states(cache: DynamicCache) -> dict:
     "A copy of every linear-attention layer's (conv, recurrent) states: {layer index: (conv dict, recurrent dict)}."
-    return {i: ({k: v.clone() for k, v in l.conv_states.items()}, {k: v.clone() for k, v in l.recurrent_states.items()})
+    copy = lambda states: {k: v.clone() for k, v in states.items()}
+    return {i: (copy(l.conv_states), copy(l.recurrent_states))
             for i, l in enumerate(cache.layers) if isinstance(l, LinearAttentionCacheLayerMixin)}
 
+# %% ../nbs/07_decode.ipynb #1c48590e
 def restore_linear_states(cache: DynamicCache, snapshot: dict):
     "Write `snapshot` (from `linear_states`) back into the cache's tensors, in place."
     for i, (conv, rec) in snapshot.items():
         for k, v in conv.items(): cache.layers[i].conv_states[k].copy_(v)
         for k, v in rec.items(): cache.layers[i].recurrent_states[k].copy_(v)
 
+# %% ../nbs/07_decode.ipynb #1d5d06e4
 def drop_last_kv(cache: DynamicCache, n: int):
     "Remove the last `n` positions from every attention layer of `cache`."
     for l in cache.layers:
@@ -154,8 +178,10 @@ def drop_last_kv(cache: DynamicCache, n: int):
 @torch.no_grad()
 def replay_linear(target: Target, cache: DynamicCache, mixer_inputs: dict, n: int):
     "Advance each linear-attention layer's state over the first `n` positions of its recorded inputs."
-    for m in linear_attention_layers(target.model): m(hidden_states=mixer_inputs[m.layer_idx][:, :n], cache=cache)
+    for m in linear_attention_layers(target.model):
+        m(hidden_states=mixer_inputs[m.layer_idx][:, :n], cache=cache)
 
+# %% ../nbs/07_decode.ipynb #4bfab540
 def rollback(s: Decoding, snapshot: dict, verify: TargetPass, keep: int, fed: int):
     "Leave `s.cache` as if only the first `keep` of the `fed` verified tokens had been fed."
     drop_last_kv(s.cache, fed - keep)
@@ -167,13 +193,19 @@ def rollback(s: Decoding, snapshot: dict, verify: TargetPass, keep: int, fed: in
 def chain_round(s: Decoding):
     "One DFlash round: draft a block, verify it in one target pass, keep the accepted prefix and the bonus."
     s.lap()
-    drafts = draft_block(s)[1:].argmax(-1);                                                  s.lap("draft_s")
-    snapshot = linear_states(s.cache);                                                       s.lap("rollback_s")
+    drafts = draft_block(s)[1:].argmax(-1)
+    s.lap("draft_s")
+    snapshot = linear_states(s.cache)
+    s.lap("rollback_s")
     fed = torch.cat([drafts.new_tensor(s.tokens[-1:]), drafts])
-    v = target_pass(s.target, fed, s.cache, *s.tap_args, keep_mixer_inputs=bool(snapshot))
-    n = accepted_prefix(drafts, v.next_tokens[:-1]);                                         s.lap("verify_s")
-    if n < len(drafts): rollback(s, snapshot, v, n + 1, len(fed));                          s.lap("rollback_s")
-    s.context = s.drafter.extend_context(v.taps[None, :n + 1], s.context);                   s.lap("draft_s")
+    v = target_pass(s.target, fed, s.cache, s.tap_args, keep_mixer_inputs=bool(snapshot))
+    n = accepted_prefix(drafts, v.next_tokens[:-1])
+    s.lap("verify_s")
+    if n < len(drafts):
+        rollback(s, snapshot, v, n + 1, len(fed))
+        s.lap("rollback_s")
+    s.context = s.drafter.extend_context(v.taps[None, :n + 1], s.context)
+    s.lap("draft_s")
     s.tokens += drafts[:n].tolist() + [v.next_tokens[n].item()]
     s.acceptance.append(n + 1)
 
@@ -186,49 +218,60 @@ def tree_inputs(tree: DraftTree, bonus: int, start: int, dtype=torch.float32, de
     mask = torch.zeros(see.shape, dtype=dtype).masked_fill(~see, torch.finfo(dtype).min)
     return ids, pos, mask[None, None].to(device)
 
+# %% ../nbs/07_decode.ipynb #6df538aa
 def keep_kv(cache: DynamicCache, start: int, keep: torch.Tensor):
     "In every attention layer keep positions < `start`, then the entries `start + keep` (in that order)."
     idx = torch.cat([torch.arange(start), start + keep.cpu()])
     for l in cache.layers:
-        if isinstance(l, DynamicLayer): l.keys, l.values = l.keys[..., idx.to(l.keys.device), :], l.values[..., idx.to(l.keys.device), :]
+        if isinstance(l, DynamicLayer):
+            at = idx.to(l.keys.device)
+            l.keys, l.values = l.keys[..., at, :], l.values[..., at, :]
 
 # %% ../nbs/07_decode.ipynb #8bdd26ff
 def tree_round(s: Decoding, budget: int):
     "One DDTree round: a tree of `budget` nodes verified in one target pass, then the accepted path kept."
     s.lap()
-    tree, start = build_tree(draft_block(s)[1:].float().log_softmax(-1).cpu(), budget), s.context.length;  s.lap("draft_s")
-    ids, pos, mask = tree_inputs(tree, s.tokens[-1], start, s.target.model.dtype, s.device)
-    v = target_pass(s.target, ids, s.cache, *s.tap_args, position_ids=pos, attention_mask=mask)
+    tree, start = build_tree(draft_block(s)[1:].float().log_softmax(-1).cpu(), budget), s.context.length
+    s.lap("draft_s")
+    inputs = tree_inputs(tree, s.tokens[-1], start, s.target.model.dtype, s.device)
+    v = target_pass(s.target, inputs, s.cache, s.tap_args)
     path = walk_tree(tree, v.next_tokens.cpu())
-    keep = torch.tensor([0] + [i + 1 for i in path]);                                       s.lap("verify_s")
-    keep_kv(s.cache, start, keep);                                                            s.lap("rollback_s")
-    s.context = s.drafter.extend_context(v.taps[None, keep.to(v.taps.device)], s.context);   s.lap("draft_s")
+    keep = torch.tensor([0] + [i + 1 for i in path])
+    s.lap("verify_s")
+    keep_kv(s.cache, start, keep)
+    s.lap("rollback_s")
+    s.context = s.drafter.extend_context(v.taps[None, keep.to(v.taps.device)], s.context)
+    s.lap("draft_s")
     s.tokens += tree.tokens[path].tolist() + [v.next_tokens[keep[-1]].item()]
     s.acceptance.append(len(keep))
 
 # %% ../nbs/07_decode.ipynb #d7d670f5
 def speculative_generate(target: Target, drafter, prompt_ids, max_new_tokens: int, eos_token_id=None,
                          tree_budget: int | None = None) -> dict:
-    "Greedy speculative decoding of `prompt_ids` (ids or text) to the target's eos (`[]`: none): chain or DDTree rounds."
+    "Greedy speculative decoding of `prompt_ids` (ids or text) to the target's eos (`[]`: none), chain or DDTree."
     check_decodable(target, drafter, tree_budget)
     s, prefill_s = start_decoding(target, drafter, prompt_ids)
     step = chain_round if tree_budget is None else partial(tree_round, budget=tree_budget)
     eos = stop_ids(target, eos_token_id)
     while len(s.tokens) < max_new_tokens and not eos & set(s.tokens): step(s)
     n = max(len(s.acceptance), 1)
-    return dict(tokens=finish_tokens(s.tokens, max_new_tokens, eos), acceptance=s.acceptance, tau=sum(s.acceptance) / n,
-                prefill_s=prefill_s, decode_s=sum(s.times.values()), **s.times, rollback_s_per_round=s.times["rollback_s"] / n)
+    return dict(tokens=finish_tokens(s.tokens, max_new_tokens, eos), acceptance=s.acceptance,
+                tau=sum(s.acceptance) / n, prefill_s=prefill_s, decode_s=sum(s.times.values()), **s.times,
+                rollback_s_per_round=s.times["rollback_s"] / n)
 
 # %% ../nbs/07_decode.ipynb #954105f1
-def time_per_token(target: Target, drafter, prompts, max_new_tokens: int, eos_token_id=None, tree_budget: int | None = None) -> dict:
+def time_per_token(target: Target, drafter, prompts, max_new_tokens: int, eos_token_id=None,
+                   tree_budget: int | None = None) -> dict:
     "Target-only vs speculative s/token over `prompts` (no prefill; eos as `greedy_generate`), τ, speedup, phase costs."
-    run = lambda p, n: (greedy_generate(target, p, n, eos_token_id), speculative_generate(target, drafter, p, n, eos_token_id, tree_budget))
-    run(prompts[0], min(max_new_tokens, 8))
+    def run(p, n):
+        return (greedy_generate(target, p, n, eos_token_id),
+                speculative_generate(target, drafter, p, n, eos_token_id, tree_budget))
+    run(prompts[0], min(max_new_tokens, 8))                # warm-up
     pairs = [run(p, max_new_tokens) for p in prompts]
     total = lambda i, f: sum(f(r[i]) for r in pairs)
     base, spec = (total(i, lambda r: r["decode_s"]) / max(total(i, lambda r: len(r["tokens"]) - 1), 1) for i in (0, 1))
-    rounds = total(1, lambda r: len(r["acceptance"]))
+    rounds = max(total(1, lambda r: len(r["acceptance"])), 1)
+    per_round = {f"{k}_per_round": total(1, lambda r: r[k]) / rounds for k in ("draft_s", "verify_s", "rollback_s")}
     return dict(target_s_per_token=base, speculative_s_per_token=spec, speedup=base / spec,
-                tau=total(1, lambda r: sum(r["acceptance"])) / max(rounds, 1),
-                **{f"{k}_per_round": total(1, lambda r: r[k]) / max(rounds, 1) for k in ("draft_s", "verify_s", "rollback_s")},
+                tau=total(1, lambda r: sum(r["acceptance"])) / rounds, **per_round,
                 lossless=all(g["tokens"] == s["tokens"] for g, s in pairs))

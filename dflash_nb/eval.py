@@ -16,9 +16,9 @@ from .model import DFlashDraftModel, param_counts, describe_drafter
 from .extract import HiddenStateCache, check_compatible, atomic_write
 
 # %% auto #0
-__all__ = ['DraftTree', 'build_tree', 'tree_attention_mask', 'walk_tree', 'accept_chain', 'accept_tree', 'replay',
+__all__ = ['SHOW', 'DraftTree', 'build_tree', 'tree_attention_mask', 'walk_tree', 'accept_chain', 'accept_tree', 'replay',
            'OfflineResult', 'round_acceptance', 'offline_tau', 'comparison_rows', 'markdown_table', 'plot_acceptance',
-           'compare', 'eval_parser', 'eval_main']
+           'load_drafters', 'compare', 'eval_parser', 'eval_main']
 
 # %% ../nbs/06_eval.ipynb #059420d6
 @dataclass
@@ -29,6 +29,7 @@ class DraftTree:
     depths: torch.Tensor
     def __len__(self): return len(self.tokens)
 
+# %% ../nbs/06_eval.ipynb #c733dcdf
 def build_tree(logprobs: torch.Tensor, budget: int) -> DraftTree:
     "The `budget` most probable draft prefixes under the product of per-slot marginals `logprobs` [B-1, V]."
     top_lp, top_tok = logprobs.float().topk(min(budget, logprobs.shape[-1]), -1)
@@ -36,28 +37,35 @@ def build_tree(logprobs: torch.Tensor, budget: int) -> DraftTree:
     heap, index, nodes = [(-top_lp[0, 0].item(), (0,))], {}, []
     while heap and len(nodes) < budget:
         neg, ranks = heapq.heappop(heap)
-        d = len(ranks)
-        index[ranks] = len(nodes); nodes.append((ranks, index.get(ranks[:-1], -1)))
-        if ranks[-1] + 1 < width: heapq.heappush(heap, (neg + top_lp[d - 1, ranks[-1]].item() - top_lp[d - 1, ranks[-1] + 1].item(), ranks[:-1] + (ranks[-1] + 1,)))
-        if d < depth_max: heapq.heappush(heap, (neg - top_lp[d, 0].item(), ranks + (0,)))
-    return DraftTree(torch.tensor([top_tok[len(r) - 1, r[-1]].item() for r, _ in nodes]),
-                     torch.tensor([p for _, p in nodes]), torch.tensor([len(r) for r, _ in nodes]))
+        d, r = len(ranks), ranks[-1]
+        index[ranks] = len(nodes)
+        nodes.append((ranks, index.get(ranks[:-1], -1)))
+        if r + 1 < width:       # the next sibling: rank r + 1 at the last slot
+            heapq.heappush(heap, (neg + top_lp[d - 1, r].item() - top_lp[d - 1, r + 1].item(), ranks[:-1] + (r + 1,)))
+        if d < depth_max:       # the first child: rank 0 at the next slot
+            heapq.heappush(heap, (neg - top_lp[d, 0].item(), ranks + (0,)))
+    tokens = [top_tok[len(r) - 1, r[-1]].item() for r, _ in nodes]
+    parents, depths = [p for _, p in nodes], [len(r) for r, _ in nodes]
+    return DraftTree(torch.tensor(tokens), torch.tensor(parents), torch.tensor(depths))
 
 # %% ../nbs/06_eval.ipynb #d1fd39c8
 def tree_attention_mask(tree: DraftTree) -> torch.Tensor:
     "bool [n+1, n+1]: row i (0 = root, i = node i-1) may see column j iff j is i itself or an ancestor."
-    n = len(tree)
-    m = torch.eye(n + 1, dtype=torch.bool); m[:, 0] = True
+    m = torch.eye(len(tree) + 1, dtype=torch.bool)
+    m[:, 0] = True
     for i, p in enumerate(tree.parents.tolist()):
         if p >= 0: m[i + 1] |= m[p + 1]
     return m
 
+# %% ../nbs/06_eval.ipynb #fe743f9d
 def walk_tree(tree: DraftTree, next_token: torch.Tensor) -> list[int]:
     "Accepted node indices: follow `next_token` [n+1] (target argmax at the root, then at each node) down the tree."
     children = {}
-    for i, (p, tok) in enumerate(zip(tree.parents.tolist(), tree.tokens.tolist())): children.setdefault((p, tok), i)
+    for i, key in enumerate(zip(tree.parents.tolist(), tree.tokens.tolist())): children.setdefault(key, i)
     path, cur = [], -1
-    while (nxt := children.get((cur, int(next_token[cur + 1])))) is not None: path.append(nxt); cur = nxt
+    while (nxt := children.get((cur, int(next_token[cur + 1])))) is not None:
+        path.append(nxt)
+        cur = nxt
     return path
 
 # %% ../nbs/06_eval.ipynb #f04e61d2
@@ -66,17 +74,20 @@ def accept_chain(logits: torch.Tensor, truth: torch.Tensor) -> int:
     hit = logits[: len(truth)].argmax(-1) == truth
     return int(hit.int().cumprod(0).sum())
 
+# %% ../nbs/06_eval.ipynb #9c133c27
 def accept_tree(budget: int):
     "An `accept` rule: DDTree of `budget` nodes, walked along `truth`."
     def accept(logits, truth):
         tree = build_tree(logits.log_softmax(-1), budget)
-        nxt = torch.cat([truth, torch.full((len(logits) + 1 - len(truth),), -1)])   # -1: past the end, no match
+        past_end = torch.full((len(logits) + 1 - len(truth),), -1)       # -1: past the end, no match
+        nxt = torch.cat([truth, past_end])
         return len(walk_tree(tree, nxt[torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])]))
     return accept
 
 # %% ../nbs/06_eval.ipynb #7074eab4
 @torch.no_grad()
-def replay(model: DFlashDraftModel, input_ids: torch.Tensor, taps: torch.Tensor, start: int, accept=accept_chain) -> list[tuple[int, int]]:
+def replay(model: DFlashDraftModel, input_ids: torch.Tensor, taps: torch.Tensor, start: int,
+           accept=accept_chain) -> list[tuple[int, int]]:
     "Rounds of greedy speculative decoding along `input_ids` from anchor `start`: (accepted drafts, slots checkable)."
     B, T, rounds, dev = model.config.block_size, len(input_ids), [], model.device
     taps = taps.to(dev)   # the drafter runs where it lives; acceptance is counted on the CPU
@@ -105,8 +116,6 @@ class OfflineResult:
     tau_tree: dict = field(default_factory=dict)   # DDTree budget -> τ
     rounds: list = field(default_factory=list)     # per prompt: chain τ_round of each round
 
-def _tau(rounds) -> float: return sum(n + 1 for n, _ in rounds) / max(1, len(rounds))
-
 # %% ../nbs/06_eval.ipynb #6e6566c2
 def round_acceptance(rounds, block_size: int) -> dict:
     "Conditional/cumulative per-slot acceptance of chain rounds [(accepted, checkable)]."
@@ -117,17 +126,20 @@ def round_acceptance(rounds, block_size: int) -> dict:
 
 # %% ../nbs/06_eval.ipynb #0be67576
 def _start(loss_mask) -> int | None:
+    "Position of the first supervised (response) token; None if there is none."
     on = torch.nonzero(loss_mask).flatten()
     return int(on[0]) if len(on) else None
 
+# %% ../nbs/06_eval.ipynb #83524501
+def _tau(rounds) -> float: return sum(n + 1 for n, _ in rounds) / max(1, len(rounds))
+
 def offline_tau(model: DFlashDraftModel, cache: HiddenStateCache, indices=None, budgets=(8, 16, 32, 64),
-                name: str = "drafter", target_hash: str | None = None, transform=None, progress: bool = False) -> OfflineResult:
+                name: str = "drafter", transform=None) -> OfflineResult:
     "Chain and DDTree τ, per-position acceptance and the τ histogram of `model` over `cache` samples `indices`."
     c = model.config
-    check_compatible(cache, target_hash=target_hash, tap_ids=c.fc_layer_ids, convention=c.tap_convention)
+    check_compatible(cache, tap_ids=c.fc_layer_ids, convention=c.tap_convention)
     chain, tree, per = [], {b: [] for b in budgets}, []
-    todo = range(len(cache)) if indices is None else indices
-    for i in tqdm(todo, desc=f"τ {name}", disable=not progress):
+    for i in range(len(cache)) if indices is None else indices:
         r = cache[i]
         s = _start(r["loss_mask"])
         if s is None: continue
@@ -137,27 +149,32 @@ def offline_tau(model: DFlashDraftModel, cache: HiddenStateCache, indices=None, 
         chain += rounds
         per.append(rounds)
         for b in budgets: tree[b] += replay(model, r["input_ids"], taps, s, accept_tree(b))
-    if not per: raise ValueError("No sample in the cache has response tokens (loss_mask is all 0): nothing to evaluate.")
+    if not per:
+        raise ValueError("No sample in the cache has response tokens (loss_mask is all 0): nothing to evaluate.")
     hist = torch.bincount(torch.tensor([n + 1 for n, _ in chain]), minlength=c.block_size + 1)[1:].tolist()
     acc = round_acceptance(chain, c.block_size)
-    return OfflineResult(name, c.fusion, c.fc_layer_ids, param_counts(model)["total"], _tau(chain), [_tau(r) for r in per],
-                         acc["acc_cond"], acc["acc_cum"], hist, {b: _tau(v) for b, v in tree.items()}, [[n + 1 for n, _ in r] for r in per])
+    return OfflineResult(name, c.fusion, c.fc_layer_ids, param_counts(model)["total"], _tau(chain),
+                         [_tau(r) for r in per], acc["acc_cond"], acc["acc_cum"], hist,
+                         {b: _tau(v) for b, v in tree.items()}, [[n + 1 for n, _ in r] for r in per])
 
 # %% ../nbs/06_eval.ipynb #47bc5553
 def comparison_rows(results: list[OfflineResult], positions=(1, 2, 4, 8, 15)) -> list[dict]:
     "One row per drafter: layout, fc taps, params, τ chain, τ per DDTree budget, cumulative acceptance at `positions`."
     rows = []
     for r in results:
-        row = {"drafter": r.name, "fusion": r.fusion, "fc taps": r.fc_layer_ids, "params (M)": round(r.params / 1e6, 2), "tau": round(r.tau, 3)}
+        row = {"drafter": r.name, "fusion": r.fusion, "fc taps": r.fc_layer_ids,
+               "params (M)": round(r.params / 1e6, 2), "tau": round(r.tau, 3)}
         row |= {f"tau DDTree-{b}": round(t, 3) for b, t in r.tau_tree.items()}
         row |= {f"acc@{k}": round(r.acc_cum[k - 1], 3) for k in positions if k <= len(r.acc_cum)}
         rows.append(row)
     return rows
 
+# %% ../nbs/06_eval.ipynb #a07b14d1
 def markdown_table(rows: list[dict]) -> str:
     "Rows of dicts (same keys) as a markdown table."
     keys = list(rows[0])
-    return "\n".join(["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)] + ["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in rows])
+    line = lambda cells: "| " + " | ".join(map(str, cells)) + " |"
+    return "\n".join([line(keys), "|" + "---|" * len(keys)] + [line(r[k] for k in keys) for r in rows])
 
 # %% ../nbs/06_eval.ipynb #278354ca
 def plot_acceptance(results: list[OfflineResult], ax=None):
@@ -168,7 +185,8 @@ def plot_acceptance(results: list[OfflineResult], ax=None):
         k = range(1, len(r.acc_cum) + 1)
         ax.plot(k, r.acc_cum, "-o", color=col, ms=3, label=f"{r.name} ({r.fusion}) τ={r.tau:.2f}")
         ax.plot(k, r.acc_cond, "--", color=col, alpha=0.6)
-    ax.set(xlabel="block slot k", ylabel="acceptance", ylim=(0, 1.02), title="acceptance by position (solid: cumulative, dashed: conditional)")
+    ax.set(xlabel="block slot k", ylabel="acceptance", ylim=(0, 1.02),
+           title="acceptance by position (solid: cumulative, dashed: conditional)")
     ax.legend(fontsize=8)
     return ax
 
@@ -176,42 +194,61 @@ def plot_acceptance(results: list[OfflineResult], ax=None):
 def _names(drafters) -> list[str]:
     "Directory names of checkpoint paths, with their parent where two would collide; 'drafter i' for models."
     short = [Path(d).name if isinstance(d, (str, Path)) else f"drafter {i}" for i, d in enumerate(drafters)]
-    long = [f"{Path(d).parent.name}/{Path(d).name}" if isinstance(d, (str, Path)) else s for d, s in zip(drafters, short)]
+    long = [f"{Path(d).parent.name}/{Path(d).name}" if isinstance(d, (str, Path)) else s
+            for d, s in zip(drafters, short)]
     return [lg if short.count(s) > 1 else s for s, lg in zip(short, long)]
 
+# %% ../nbs/06_eval.ipynb #3e213675
 def _check_masks(models: dict):
+    "Raise a ValueError if the drafters `models` {name: model} use different mask token ids."
     ids = {n: m.config.mask_token_id for n, m in models.items()}
     if len(set(ids.values())) > 1:
-        raise ValueError(f"The drafters use different mask token ids {ids}: they were trained on different block inputs. "
-                         "Compare drafters trained with the same mask_token_id (public Qwen3.5/3.6 DFlash drafters use 248070).")
+        raise ValueError(f"The drafters use different mask token ids {ids}: they were trained on different block "
+                         "inputs. Compare drafters trained with the same mask_token_id (public Qwen3.5/3.6 DFlash "
+                         "drafters use 248070).")
 
-# %% ../nbs/06_eval.ipynb #eccdf749
-def compare(drafters, cache: HiddenStateCache, target_model=None, names=None, budgets=(8,), indices=None,
-            plot: bool = True, attention: str = "config", verbose: bool = True):
-    "Evaluate drafters (checkpoint paths or models) side by side over `cache`: (rows, results, axes or None)."
-    from dflash_nb.target import config_hash
-    if attention not in ATTENTION_MODES: raise ValueError(f"Unknown attention mode {attention!r}; use one of {ATTENTION_MODES}.")
+# %% ../nbs/06_eval.ipynb #da16a06e
+def load_drafters(drafters, target_model=None, attention: str = "config") -> dict:
+    "{name: model} of `drafters` (checkpoint paths or models; a list, or a dict by name) with `attention` semantics."
+    if attention not in ATTENTION_MODES:
+        raise ValueError(f"Unknown attention mode {attention!r}; use one of {ATTENTION_MODES}.")
+    named = drafters if isinstance(drafters, dict) else dict(zip(_names(drafters), drafters))
     load = lambda d: DFlashDraftModel.from_pretrained(d, target_model=target_model) if isinstance(d, (str, Path)) else d
     suffix = "" if attention == "config" else f" [{attention}]"
-    models = {n + suffix: load(d).with_attention(attention).eval() for d, n in zip(drafters, names or _names(drafters))}
+    models = {n + suffix: load(d).with_attention(attention).eval() for n, d in named.items()}
     _check_masks(models)
-    h = config_hash(target_model.config) if target_model is not None else None
-    if verbose: print("\n".join(describe_drafter(m, n) for n, m in models.items()))
+    return models
+
+# %% ../nbs/06_eval.ipynb #eccdf749
+SHOW = ("describe", "progress", "plot")
+
+def compare(drafters, cache: HiddenStateCache, target_model=None, budgets=(8,), indices=None, show=SHOW):
+    "Evaluate `drafters` (see `load_drafters`) side by side over `cache`: (rows, results, axes or None)."
+    from dflash_nb.target import config_hash
+    if bad := set(show) - set(SHOW): raise ValueError(f"Unknown show {sorted(bad)}: use any of {SHOW}.")
+    models = load_drafters(drafters, target_model)
+    if "describe" in show: print("\n".join(describe_drafter(m, n) for n, m in models.items()))
     for m in models.values():      # every drafter's taps are in the cache, before minutes are spent on the first
         check_compatible(cache, tap_ids=m.config.fc_layer_ids, convention=m.config.tap_convention)
-    results = [offline_tau(m, cache, indices, budgets, n, target_hash=h, progress=verbose) for n, m in models.items()]
-    return comparison_rows(results), results, plot_acceptance(results) if plot else None
+    if target_model is not None: check_compatible(cache, target_hash=config_hash(target_model.config))
+    todo = range(len(cache)) if indices is None else indices
+    bar = lambda n: tqdm(todo, desc=f"τ {n}", disable="progress" not in show)
+    results = [offline_tau(m, cache, bar(n), budgets, n) for n, m in models.items()]
+    return comparison_rows(results), results, plot_acceptance(results) if "plot" in show else None
 
 # %% ../nbs/06_eval.ipynb #f0e3f611
 def eval_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="dflash-eval", description="Offline τ (chain and DDTree), per-position acceptance and "
-                                 "τ histograms of DFlash drafters over a hidden-state cache, written as JSON.")
-    ap.add_argument("--checkpoint", action="append", required=True, help="drafter checkpoint directory (hub layout); repeat to compare")
+    "The `dflash-eval` command line."
+    ap = argparse.ArgumentParser(prog="dflash-eval", description="Offline τ (chain and DDTree), per-position "
+                                 "acceptance and τ histograms of DFlash drafters over a hidden-state cache, as JSON.")
+    ap.add_argument("--checkpoint", action="append", required=True,
+                    help="drafter checkpoint directory (hub layout); repeat to compare")
     ap.add_argument("--names", nargs="*", help="a label per checkpoint, in order (default: directory names)")
     ap.add_argument("--cache", required=True, help="hidden-state cache directory holding every tap the drafters read")
     ap.add_argument("--target", required=True, help="target model directory (its embeddings and lm_head are borrowed)")
     ap.add_argument("--target-dtype", choices=("float32", "bfloat16", "float16"), default="float32",
-                    help="dtype to load the target in (default: float32); any drafter dtype works with any target dtype")
+                    help="dtype to load the target in (default: float32); any drafter dtype works with any "
+                    "target dtype")
     ap.add_argument("--budgets", type=int, nargs="*", default=[8, 15], help="DDTree node budgets (default: 8 15)")
     ap.add_argument("--attention", choices=ATTENTION_MODES, default="config",
                     help="attention semantics: as configured, or an override (bidirectional, causal, full)")
@@ -221,16 +258,20 @@ def eval_parser() -> argparse.ArgumentParser:
 
 # %% ../nbs/06_eval.ipynb #106bf1aa
 def _evaluate(a: argparse.Namespace) -> list:
+    "Run `dflash-eval` on parsed arguments `a`: write the JSON, print the table, return the results."
     from dflash_nb.target import load_target
     if a.names and len(a.names) != len(a.checkpoint):
-        raise ValueError(f"--names gives {len(a.names)} labels for {len(a.checkpoint)} checkpoints; give one per checkpoint.")
+        raise ValueError(f"--names gives {len(a.names)} labels for {len(a.checkpoint)} checkpoints; "
+                         "give one per checkpoint.")
     cache, target = HiddenStateCache(a.cache), load_target(a.target, dtype=getattr(torch, a.target_dtype))
     idx = range(min(a.limit, len(cache))) if a.limit else None
-    rows, results, _ = compare(a.checkpoint, cache, target.model, a.names, tuple(a.budgets), idx, False, a.attention)
+    models = load_drafters(dict(zip(a.names, a.checkpoint)) if a.names else a.checkpoint, target.model, a.attention)
+    rows, results, _ = compare(models, cache, target.model, tuple(a.budgets), idx, show=("describe", "progress"))
     atomic_write(a.out, lambda p: p.write_text(json.dumps([asdict(r) for r in results], indent=1)))
     print(markdown_table(rows))
     return results
 
+# %% ../nbs/06_eval.ipynb #e8583f3e
 def eval_main(argv=None) -> int:
     "Entry point of `dflash-eval`: 0 on success, 1 with a one-line message when an input is refused."
     a = eval_parser().parse_args(argv)
