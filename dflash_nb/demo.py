@@ -96,13 +96,6 @@ def plot_training(runs: dict):
     return fig
 
 # %% ../nbs/10_demo.ipynb #4084c725
-def _acceptance_figure(offline: list):
-    "`plot_acceptance` of the offline results on a figure of its own (pyplot's global figures untouched)."
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=(7, 4))
-    plot_acceptance(offline, ax=fig.subplots())
-    return fig
-
 def _save(fig, path: Path) -> str:
     "Save a figure (or the figure of an axes) as a PNG at `path`; returns its file name."
     fig = getattr(fig, "figure", fig)
@@ -127,6 +120,14 @@ def diagnostics_figures(target, models: dict, cache: HiddenStateCache, runs: dic
         plot_fc_report(fc_report(m, cache, idx), ax=ax, title=name)
     files["taps"] = _save(fig, out / "tap_contributions.png")
     return files
+
+# %% ../nbs/10_demo.ipynb #b2e0d009
+def _acceptance_figure(offline: list):
+    "`plot_acceptance` of the offline results on a figure of its own (pyplot's global figures untouched)."
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(7, 4))
+    plot_acceptance(offline, ax=fig.subplots())
+    return fig
 
 # %% ../nbs/10_demo.ipynb #ddc7c41b
 def _json_stage(path: Path, compute):
