@@ -1,4 +1,4 @@
-"""`dflash-demo --out runs/demo`: the toy target's own responses, a hidden-state cache, a fused and a split drafter trained with the same budget, offline and online τ, diagnostics, and a `report.md` with the plots.
+"""`dflash-demo --out runs/demo`: from the toy target to a fused and a split drafter, compared in `report.md`.
 
 Docs: https://dflash-nb.github.io/dflash_nb/demo.html.md"""
 
@@ -16,12 +16,12 @@ from .storage import atomic_write
 from .cache import HiddenStateCache, CacheLayout
 from .extract import cached_responses, extract_to_cache
 from .train import TrainConfig, train, read_metrics
-from .eval import offline_tau, comparison_rows, markdown_table, OfflineResult
+from .eval import offline_tau, comparison_rows, markdown_table, OfflineResult, plot_acceptance
 
 # %% auto #0
 __all__ = ['DemoConfig', 'quick_demo_config', 'stage_cache', 'stage_train', 'stage_offline', 'plot_training',
-           'diagnostics_figures', 'stage_online', 'stage_ablation', 'write_report', 'run_demo', 'demo_parser',
-           'demo_main']
+           'diagnostics_figures', 'stage_online', 'stage_ablation', 'DemoResults', 'write_report', 'run_demo',
+           'demo_parser', 'demo_main']
 
 # %% ../nbs/10_demo.ipynb #05a2e240
 @dataclass
@@ -39,33 +39,46 @@ class DemoConfig:
     budgets: tuple = (8, 16, 32)
     n_online_prompts: int = 4         # online decoding is slow on CPU (the toy target runs its torch fallback kernels)
     seed: int = 0
+    progress: bool = True             # progress bars for extraction, training and evaluation
 
+# %% ../nbs/10_demo.ipynb #b2e0d001
 def quick_demo_config() -> DemoConfig:
     "The ~3-minute variant: fewer prompts, shorter responses, fewer steps."
-    return DemoConfig(n_train_prompts=48, n_eval_prompts=6, max_new_tokens=64, steps=60, num_anchors=32, budgets=(8,), n_online_prompts=2)
+    return DemoConfig(n_train_prompts=48, n_eval_prompts=6, max_new_tokens=64, steps=60, num_anchors=32, budgets=(8,),
+                      n_online_prompts=2)
 
 # %% ../nbs/10_demo.ipynb #7e26e7d3
 def _write_text(path: Path, text: str) -> Path: return atomic_write(path, lambda p: p.write_text(text))
 
 # %% ../nbs/10_demo.ipynb #b9c8c4d3
-def stage_cache(target, samples: list[dict], path: Path, tap_ids: list[int]) -> HiddenStateCache:
+def stage_cache(target, samples: list[dict], path: Path, tap_ids: list[int],
+                progress: bool = True) -> HiddenStateCache:
     "Extract (or finish extracting) the taps of `samples` into a cache at `path`."
     return HiddenStateCache(extract_to_cache(target, samples, path, CacheLayout(tap_ids, store_final=True),
-                                             progress=True))
+                                             progress=progress))
 
+# %% ../nbs/10_demo.ipynb #b2e0d002
 def stage_train(target, cache: HiddenStateCache, out: Path, fusion: str, cfg: DemoConfig) -> Path:
     "Train (or finish training) the `fusion` drafter; returns its last checkpoint."
-    tc = TrainConfig(out_dir=str(out), drafter=cfg.drafter | {"fusion": fusion}, steps=cfg.steps, num_anchors=cfg.num_anchors,
-                     batch_size=cfg.batch_size, lr=cfg.lr, seed=cfg.seed, log_every=5, save_every=max(10, cfg.steps // 4))
+    tc = TrainConfig(out_dir=str(out), drafter=cfg.drafter | {"fusion": fusion}, steps=cfg.steps,
+                     num_anchors=cfg.num_anchors, batch_size=cfg.batch_size, lr=cfg.lr, seed=cfg.seed, log_every=5,
+                     save_every=max(10, cfg.steps // 4), progress=cfg.progress)
     return train(tc, target=target, data=cache)
 
 # %% ../nbs/10_demo.ipynb #2445f1a9
-def stage_offline(target, ckpts: dict, cache: HiddenStateCache, path: Path, budgets) -> list[OfflineResult]:
+def _read_offline(path: Path) -> list[OfflineResult]:
+    "`OfflineResult`s from their JSON (DDTree budget keys back to integers)."
+    return [OfflineResult(**(d | {"tau_tree": {int(k): v for k, v in d["tau_tree"].items()}}))
+            for d in json.loads(path.read_text())]
+
+def stage_offline(target, ckpts: dict, cache: HiddenStateCache, path: Path, budgets,
+                  progress: bool = True) -> list[OfflineResult]:
     "Offline chain + DDTree τ of each checkpoint over the eval cache (JSON at `path`, reused when present)."
     if path.exists():
-        return [OfflineResult(**(d | {"tau_tree": {int(k): v for k, v in d["tau_tree"].items()}})) for d in json.loads(path.read_text())]
-    res = [offline_tau(DFlashDraftModel.from_pretrained(c, target_model=target.model).eval(), cache, budgets=tuple(budgets), name=n)
-           for n, c in tqdm(ckpts.items(), desc="offline eval")]
+        return _read_offline(path)
+    res = [offline_tau(DFlashDraftModel.from_pretrained(c, target_model=target.model).eval(), cache,
+                       budgets=tuple(budgets), name=n)
+           for n, c in tqdm(ckpts.items(), desc="offline eval", disable=not progress)]
     _write_text(path, json.dumps([asdict(r) for r in res], indent=1))
     return res
 
@@ -77,46 +90,70 @@ def plot_training(runs: dict):
     a1, a2 = fig.subplots(1, 2)
     for name, recs in runs.items():
         steps = [r["step"] for r in recs]
-        a1.plot(steps, [r["loss"] for r in recs], label=name); a2.plot(steps, [r["tau_est"] for r in recs], label=name)
-    a1.set(xlabel="step", ylabel="loss", title="training loss"); a2.set(xlabel="step", ylabel="τ̂ (1 + Σ cumulative acc)", title="estimated τ")
-    a1.legend(); a2.legend()
+        a1.plot(steps, [r["loss"] for r in recs], label=name)
+        a2.plot(steps, [r["tau_est"] for r in recs], label=name)
+    a1.set(xlabel="step", ylabel="loss", title="training loss")
+    a2.set(xlabel="step", ylabel="τ̂ (1 + Σ cumulative acc)", title="estimated τ")
+    a1.legend()
+    a2.legend()
     return fig
 
 # %% ../nbs/10_demo.ipynb #4084c725
 def _save(fig, path: Path) -> str:
+    "Save a figure (or the figure of an axes) as a PNG at `path`; returns its file name."
     fig = getattr(fig, "figure", fig)
-    fig.savefig(path, dpi=110); return path.name
+    fig.savefig(path, dpi=110)
+    return path.name
 
-def diagnostics_figures(target, models: dict, cache: HiddenStateCache, runs: dict, out: Path, n_samples: int = 4) -> dict:
-    "Write the report's PNGs; returns {figure name: file name}."
+def diagnostics_figures(target, models: dict, cache: HiddenStateCache, runs: dict, out: Path,
+                        n_samples: int = 4) -> dict:
+    "Write the report's diagnostics PNGs; returns {figure name: file name}."
     from matplotlib.figure import Figure
     from dflash_nb.diagnostics import layer_rms_live, layer_rms_cache, plot_layer_norms, fc_report, plot_fc_report
     idx = range(min(n_samples, len(cache)))
     taps = next(iter(models.values())).config.target_layer_ids
-    norms = {"live target (fp32)": layer_rms_live(target, [cache[i]["input_ids"] for i in idx]), "cache": layer_rms_cache(cache, idx)}
+    norms = {"live target (fp32)": layer_rms_live(target, [cache[i]["input_ids"] for i in idx]),
+             "cache": layer_rms_cache(cache, idx)}
     files = {"training": _save(plot_training(runs), out / "training.png")}
-    fig = Figure(figsize=(7, 3.2), layout="constrained"); plot_layer_norms(norms, taps, ax=fig.subplots())
+    fig = Figure(figsize=(7, 3.2), layout="constrained")
+    plot_layer_norms(norms, taps, ax=fig.subplots())
     files["norms"] = _save(fig, out / "norms.png")
     fig = Figure(figsize=(4 * len(models), 3), layout="constrained")
-    for ax, (name, m) in zip(fig.subplots(1, len(models)), models.items()): plot_fc_report(fc_report(m, cache, idx), ax=ax, title=name)
+    for ax, (name, m) in zip(fig.subplots(1, len(models)), models.items()):
+        plot_fc_report(fc_report(m, cache, idx), ax=ax, title=name)
     files["taps"] = _save(fig, out / "tap_contributions.png")
     return files
 
+# %% ../nbs/10_demo.ipynb #b2e0d009
+def _acceptance_figure(offline: list):
+    "`plot_acceptance` of the offline results on a figure of its own (pyplot's global figures untouched)."
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(7, 4))
+    plot_acceptance(offline, ax=fig.subplots())
+    return fig
+
 # %% ../nbs/10_demo.ipynb #ddc7c41b
 def _json_stage(path: Path, compute):
-    if path.exists(): return json.loads(path.read_text())
-    res = compute(); _write_text(path, json.dumps(res, indent=1)); return res
+    "The JSON at `path` if a previous run wrote it, else `compute()` written there."
+    if path.exists():
+        return json.loads(path.read_text())
+    res = compute()
+    _write_text(path, json.dumps(res, indent=1))
+    return res
 
-def stage_online(target, ckpts: dict, samples: list[dict], path: Path, max_new_tokens: int) -> dict:
+def stage_online(target, ckpts: dict, samples: list[dict], path: Path, max_new_tokens: int,
+                 progress: bool = True) -> dict:
     "Online chain decoding of the eval prompts per drafter: τ, speedup, losslessness, rollback cost (JSON at `path`)."
     from dflash_nb.decode import time_per_token
     from dflash_nb.extract import eos_token_ids
     prompts = [s["input_ids"][s["loss_mask"] == 0].tolist() for s in samples]
     def compute():
-        return {n: time_per_token(target, DFlashDraftModel.from_pretrained(c, target_model=target.model).eval(), prompts,
-                                  max_new_tokens, eos_token_ids(target)) for n, c in tqdm(ckpts.items(), desc="online decode")}
+        return {n: time_per_token(target, DFlashDraftModel.from_pretrained(c, target_model=target.model).eval(),
+                                  prompts, max_new_tokens, eos_token_ids(target))
+                for n, c in tqdm(ckpts.items(), desc="online decode", disable=not progress)}
     return _json_stage(path, compute)
 
+# %% ../nbs/10_demo.ipynb #b2e0d003
 def stage_ablation(model, cache: HiddenStateCache, path: Path) -> dict:
     "Zero-ablation of every tap of `model` over `cache`: base τ, rows, deepest tap's share (JSON at `path`)."
     from dflash_nb.diagnostics import tap_ablation, deepest_tap_share
@@ -126,70 +163,101 @@ def stage_ablation(model, cache: HiddenStateCache, path: Path) -> dict:
     return _json_stage(path, compute)
 
 # %% ../nbs/10_demo.ipynb #2372ad8e
-def write_report(out: Path, cfg: DemoConfig, offline: list, online: dict, ablation: dict, files: dict, timings: dict) -> Path:
-    "Write `out/report.md` from the stage results."
+@dataclass
+class DemoResults:
+    "What the demo's stages produced, as the report reads it."
+    offline: list           # `OfflineResult` per drafter
+    online: dict            # {drafter: online decoding figures}
+    ablation: dict          # base τ, rows and the deepest tap's share
+    files: dict             # {figure name: PNG file name}
+    timings: dict           # {stage: seconds}
+
+# %% ../nbs/10_demo.ipynb #b2e0d004
+def _report_rows(offline: list, online: dict) -> list[dict]:
+    "The side-by-side table's rows: offline comparison with the online τ, speedup and losslessness added."
     rows = comparison_rows(offline, positions=(1, 2, 4, 8, 15))
     for r in rows:
         o = online.get(r["drafter"], {})
         r |= {"tau online": round(o.get("tau", float("nan")), 3), "speedup": round(o.get("speedup", float("nan")), 2),
               "lossless": o.get("lossless")}
+    return rows
+
+def _ablation_text(ablation: dict) -> str:
+    "The headline: the share of the fused drafter's gain that its deepest tap carries."
     share = ablation.get("deepest_share")
-    lines = ["# dflash_nb demo report", "", f"Toy target, {cfg.n_train_prompts} training and {cfg.n_eval_prompts} eval prompts, "
+    if share is None:
+        return "The fused drafter's τ is 1: no gain to share."
+    return (f"Zeroing the deepest tap's input to the fused drafter removes **{share:.0%}** of its gain above 1 "
+            f"(τ {ablation['tau']:.2f}). The split drafter never reads that tap.")
+
+# %% ../nbs/10_demo.ipynb #b2e0d005
+def write_report(out: Path, cfg: DemoConfig, res: DemoResults) -> Path:
+    "Write `out/report.md` from the stage results."
+    lines = ["# dflash_nb demo report", "",
+             f"Toy target, {cfg.n_train_prompts} training and {cfg.n_eval_prompts} eval prompts, "
              f"{cfg.steps} steps per drafter (same data, seed and budget; only the fusion layout differs).", "",
-             "## Drafters side by side", "", markdown_table(rows), "",
-             "τ counts the bonus token (range 1..B). Offline τ replays greedy decoding from the cache over all eval prompts; "
-             f"online τ decodes the first {cfg.n_online_prompts} for real, and `lossless` says the output equalled the target's "
-             "own greedy decoding on each of them.", "",
-             "## How much of τ the deepest tap carries", "",
-             f"Zeroing the deepest tap's input to the fused drafter removes **{share:.0%}** of its gain above 1 "
-             f"(τ {ablation['tau']:.2f}). The split drafter never reads that tap." if share is not None else "The fused drafter's τ is 1: no gain to share.", ""]
-    lines += [f"![{k}]({v})" for k, v in files.items()]
-    lines += ["", "## Stage timings (s)", "", markdown_table([{k: round(v, 1) for k, v in timings.items()}])]
+             "## Drafters side by side", "", markdown_table(_report_rows(res.offline, res.online)), "",
+             "τ counts the bonus token (range 1..B). Offline τ replays greedy decoding from the cache over all eval "
+             f"prompts; online τ decodes the first {cfg.n_online_prompts} for real, and `lossless` says the output "
+             "equalled the target's own greedy decoding on each of them.", "",
+             "## How much of τ the deepest tap carries", "", _ablation_text(res.ablation), ""]
+    lines += [f"![{k}]({v})" for k, v in res.files.items()]
+    lines += ["", "## Stage timings (s)", "", markdown_table([{k: round(v, 1) for k, v in res.timings.items()}])]
     return _write_text(out / "report.md", "\n".join(lines) + "\n")
 
 # %% ../nbs/10_demo.ipynb #72df9244
 def _timed(timings: dict, name: str, f, *args):
-    t0 = time.perf_counter(); r = f(*args); timings[name] = timings.get(name, 0) + time.perf_counter() - t0
+    "`f(*args)`, its wall time added to `timings[name]`."
+    t0 = time.perf_counter()
+    r = f(*args)
+    timings[name] = timings.get(name, 0) + time.perf_counter() - t0
     return r
 
 def run_demo(out, cfg: DemoConfig | None = None, target=None, prompts: dict | None = None) -> Path:
     "Run (or resume) the whole demo into directory `out`; returns the report's path."
     from dflash_nb.toy import load_toy_target, load_prompts
-    from dflash_nb.eval import plot_acceptance
     cfg, out, t = cfg or DemoConfig(), Path(out), {}
     out.mkdir(parents=True, exist_ok=True)
     target = target or load_toy_target()
     prompts = prompts or {s: load_prompts(s) for s in ("train", "eval")}
-    tr = _timed(t, "responses", cached_responses, target, prompts["train"][:cfg.n_train_prompts], out / "responses-train.jsonl", cfg.max_new_tokens, 8)
-    ev = _timed(t, "responses", cached_responses, target, prompts["eval"][:cfg.n_eval_prompts], out / "responses-eval.jsonl", cfg.max_new_tokens, 8)
+    tr, ev = (_timed(t, "responses", cached_responses, target, prompts[s][:n], out / f"responses-{s}.jsonl",
+                     cfg.max_new_tokens, 8) for s, n in (("train", cfg.n_train_prompts), ("eval", cfg.n_eval_prompts)))
     taps = default_target_layer_ids(target.num_layers, cfg.num_taps)
-    tr_c, ev_c = (_timed(t, "extract", stage_cache, target, s, out / f"cache-{n}", taps) for n, s in (("train", tr), ("eval", ev)))
-    ckpts = {f: _timed(t, f"train {f}", stage_train, target, tr_c, out / f"drafter-{f}", f, cfg) for f in ("fused", "split")}
-    offline = _timed(t, "offline eval", stage_offline, target, ckpts, ev_c, out / "offline.json", cfg.budgets)
-    online = _timed(t, "online decode", stage_online, target, ckpts, ev[:cfg.n_online_prompts], out / "online.json", cfg.max_new_tokens)
+    tr_c, ev_c = (_timed(t, "extract", stage_cache, target, s, out / f"cache-{n}", taps, cfg.progress)
+                  for n, s in (("train", tr), ("eval", ev)))
+    ckpts = {f: _timed(t, f"train {f}", stage_train, target, tr_c, out / f"drafter-{f}", f, cfg)
+             for f in ("fused", "split")}
+    offline = _timed(t, "offline eval", stage_offline, target, ckpts, ev_c, out / "offline.json", cfg.budgets,
+                     cfg.progress)
+    online = _timed(t, "online decode", stage_online, target, ckpts, ev[:cfg.n_online_prompts], out / "online.json",
+                    cfg.max_new_tokens, cfg.progress)
     models = {f: DFlashDraftModel.from_pretrained(c, target_model=target.model).eval() for f, c in ckpts.items()}
     ablation = _timed(t, "ablation", stage_ablation, models["fused"], ev_c, out / "ablation.json")
     runs = {f: read_metrics(out / f"drafter-{f}") for f in ckpts}
-    files = {"acceptance": _save(plot_acceptance(offline), out / "acceptance.png")}
+    files = {"acceptance": _save(_acceptance_figure(offline), out / "acceptance.png")}
     files |= _timed(t, "figures", diagnostics_figures, target, models, ev_c, runs, out)
-    return write_report(out, cfg, offline, online, ablation, files, t)
+    return write_report(out, cfg, DemoResults(offline, online, ablation, files, t))
 
 # %% ../nbs/10_demo.ipynb #5d2d55c9
 def demo_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="dflash-demo", description="From the embedded toy target to a report: responses, cache, "
-                                 "a fused and a split drafter, offline and online τ, diagnostics. Offline, CPU-friendly; "
-                                 "rerun to resume from the stages already done.")
+    "The `dflash-demo` command line."
+    ap = argparse.ArgumentParser(prog="dflash-demo", description="From the embedded toy target to a report: responses, "
+                                 "cache, a fused and a split drafter, offline and online τ, diagnostics. Offline, "
+                                 "CPU-friendly; rerun to resume from the stages already done.")
     ap.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo); report.md is written there")
     ap.add_argument("--quick", action="store_true", help="the ~3-minute variant (fewer prompts and steps)")
     ap.add_argument("--steps", type=int, help="override the training steps per drafter")
     return ap
 
+# %% ../nbs/10_demo.ipynb #b2e0d006
 def demo_main(argv=None) -> None:
     "Entry point of `dflash-demo`: prints the report's path and returns None, so the command exits 0; an error exits 1."
     a = demo_parser().parse_args(argv)
     cfg = quick_demo_config() if a.quick else DemoConfig()
-    if a.steps: cfg.steps = a.steps
+    if a.steps:
+        cfg.steps = a.steps
     print(f"report: {run_demo(a.out, cfg)}")
 
 # %% ../nbs/10_demo.ipynb #e6c8ba4a
-if __name__ == "__main__": demo_main()
+if __name__ == "__main__":
+    demo_main()

@@ -1,4 +1,4 @@
-"""Why a drafter accepts what it accepts: hidden-state norms per target layer, what `fc` does with each tap, acceptance by position, tap ablations, and retrofitting a split drafter into a fused one.
+"""Why a drafter accepts what it accepts: layer norms, what `fc` does with each tap, ablations, retrofit.
 
 Docs: https://dflash-nb.github.io/dflash_nb/diagnostics.html.md"""
 
@@ -29,6 +29,7 @@ class RMSStats(NamedTuple):
     q10: float
     q90: float
 
+# %% ../nbs/08_diagnostics.ipynb #a1f0c001
 def rms_stats(rms: torch.Tensor) -> RMSStats:
     "`RMSStats` of per-token RMS values (numpy's quantiles: no size limit, float64)."
     v = rms.double().flatten().numpy()
@@ -36,23 +37,29 @@ def rms_stats(rms: torch.Tensor) -> RMSStats:
     return RMSStats(float(v.mean()), std, *map(float, np.quantile(v, [0.5, 0.1, 0.9])))
 
 def _summary(per_token: dict) -> dict:
+    "{layer: `RMSStats`} of {layer: [per-token RMS tensors]}, layers in ascending order."
     return {k: rms_stats(torch.cat(v)) for k, v in sorted(per_token.items())}
 
+# %% ../nbs/08_diagnostics.ipynb #a1f0c002
 @torch.no_grad()
 def layer_rms_live(target, input_ids: list) -> dict:
     "{layer id: `RMSStats` over tokens of the per-token RMS} for every decoder layer of a live `target`."
     L, per = target.num_layers, {}
     for ids in input_ids:
+        x = torch.as_tensor(ids)[None].to(target.model.device)
         with capture_layers(target.decoder_layers, tap_sites(range(L), L)) as got:
-            target.model(input_ids=torch.as_tensor(ids)[None].to(target.model.device), use_cache=False, logits_to_keep=1)
-        for k, h in got.items(): per.setdefault(k, []).append(h.float().pow(2).mean(-1).sqrt().flatten().cpu())
+            target.model(input_ids=x, use_cache=False, logits_to_keep=1)
+        for k, h in got.items():
+            per.setdefault(k, []).append(h.float().pow(2).mean(-1).sqrt().flatten().cpu())
     return _summary(per)
 
+# %% ../nbs/08_diagnostics.ipynb #a1f0c003
 def layer_rms_cache(cache: HiddenStateCache, indices=None) -> dict:
     "{tap id: `RMSStats` over tokens of the per-token RMS} for the taps stored in `cache`."
     per = {}
     for i in (range(len(cache)) if indices is None else indices):
-        for k in cache.tap_ids: per.setdefault(k, []).append(cache.taps_for(i, [k]).float().pow(2).mean(-1).sqrt())
+        for k in cache.tap_ids:
+            per.setdefault(k, []).append(cache.taps_for(i, [k]).float().pow(2).mean(-1).sqrt())
     return _summary(per)
 
 # %% ../nbs/08_diagnostics.ipynb #be5a14cb
@@ -65,9 +72,10 @@ def plot_layer_norms(norms: dict, taps=(), ax=None):
         line, = ax.plot(ks, [n[k].median for k in ks], "-o", ms=3, label=f"{label}: median")
         ax.fill_between(ks, [n[k].q10 for k in ks], [n[k].q90 for k in ks], color=line.get_color(), alpha=0.2,
                         label=f"{label}: 10-90%")
-    for t in taps: ax.axvline(t, color="grey", ls=":", lw=1)
-    ax.set(yscale="log", xlabel="target layer id (output of layer k)", ylabel="RMS per token (median, 10-90% band)",
-           title="hidden-state norms over tokens (dotted: taps)")
+    for t in taps:
+        ax.axvline(t, color="grey", ls=":", lw=1)
+    ax.set(yscale="log", xlabel="target layer id (output of layer k)",
+           ylabel="RMS per token (median, 10-90% band)", title="hidden-state norms over tokens (dotted: taps)")
     ax.legend(fontsize=8)
     return ax
 
@@ -77,20 +85,27 @@ def fc_blocks(model: DFlashDraftModel) -> dict:
     W, H = model.fc.weight.detach().float().cpu(), model.config.hidden_size   # inspected on the CPU, beside the cache
     return {t: W[:, i * H:(i + 1) * H] for i, t in enumerate(model.config.fc_layer_ids)}
 
+# %% ../nbs/08_diagnostics.ipynb #a1f0c004
+def _contribution(W: torch.Tensor, cache: HiddenStateCache, tap: int, indices=None) -> float:
+    "mean over cached tokens of ‖W · h_tap(t)‖."
+    idx = range(len(cache)) if indices is None else indices
+    return torch.cat([(cache.taps_for(i, [tap]).float() @ W.T).norm(dim=-1) for i in idx]).mean().item()
+
 @torch.no_grad()
-def fc_report(model: DFlashDraftModel, cache: HiddenStateCache | None = None, indices=None, n_singular: int = 4) -> list[dict]:
+def fc_report(model: DFlashDraftModel, cache: HiddenStateCache | None = None, indices=None,
+              n_singular: int = 4) -> list[dict]:
     "Per tap of the config: in fc?, block norm, top singular values, activation-weighted contribution and its share."
     blocks, rows = fc_blocks(model), []
     for t in model.config.target_layer_ids:
         W = blocks.get(t)
-        contrib = None
-        if W is not None and cache is not None:
-            norms = [(cache.taps_for(i, [t]).float() @ W.T).norm(dim=-1) for i in (range(len(cache)) if indices is None else indices)]
-            contrib = torch.cat(norms).mean().item()
-        rows.append({"tap": t, "in_fc": W is not None, "weight_norm": None if W is None else W.norm().item(),
-                     "top_singular": None if W is None else torch.linalg.svdvals(W)[:n_singular].tolist(), "contribution": contrib})
+        absent = W is None
+        rows.append({"tap": t, "in_fc": not absent,
+                     "weight_norm": None if absent else W.norm().item(),
+                     "top_singular": None if absent else torch.linalg.svdvals(W)[:n_singular].tolist(),
+                     "contribution": None if absent or cache is None else _contribution(W, cache, t, indices)})
     total = sum(r["contribution"] or 0 for r in rows)
-    for r in rows: r["share"] = None if r["contribution"] is None else r["contribution"] / total
+    for r in rows:
+        r["share"] = None if r["contribution"] is None else r["contribution"] / total
     return rows
 
 # %% ../nbs/08_diagnostics.ipynb #14f92a47
@@ -102,10 +117,13 @@ def plot_fc_report(rows: list[dict], ax=None, title: str = ""):
     top = max(r[key] for r in rows if r[key] is not None)
     for i, r in enumerate(rows):
         if r[key] is None:
-            ax.bar(i, top, fill=False, hatch="//", edgecolor="grey"); ax.text(i, top / 2, "absent", ha="center", rotation=90, color="grey")
-        else: ax.bar(i, r[key], color="C0")
+            ax.bar(i, top, fill=False, hatch="//", edgecolor="grey")
+            ax.text(i, top / 2, "absent", ha="center", rotation=90, color="grey")
+        else:
+            ax.bar(i, r[key], color="C0")
     ax.set_xticks(range(len(rows)), [str(r["tap"]) for r in rows])
-    ax.set(xlabel="tap (target layer id)", ylabel="contribution share" if key == "share" else "fc block norm", title=title)
+    ylabel = "contribution share" if key == "share" else "fc block norm"
+    ax.set(xlabel="tap (target layer id)", ylabel=ylabel, title=title)
     return ax
 
 # %% ../nbs/08_diagnostics.ipynb #0cf22cc8
@@ -116,24 +134,32 @@ def plot_tau_histogram(results: list[OfflineResult], ax=None):
     w = 0.8 / len(results)
     for j, r in enumerate(results):
         frac = torch.tensor(r.histogram, dtype=torch.float) / max(1, sum(r.histogram))
-        ax.bar(torch.arange(1, len(frac) + 1) + (j - (len(results) - 1) / 2) * w, frac, width=w, label=f"{r.name} τ={r.tau:.2f}")
-    ax.set(xlabel="τ of a round (accepted drafts + bonus)", ylabel="fraction of rounds", title="acceptance-length histogram")
+        x = torch.arange(1, len(frac) + 1) + (j - (len(results) - 1) / 2) * w
+        ax.bar(x, frac, width=w, label=f"{r.name} τ={r.tau:.2f}")
+    ax.set(xlabel="τ of a round (accepted drafts + bonus)", ylabel="fraction of rounds",
+           title="acceptance-length histogram")
     ax.legend(fontsize=8)
     return ax
 
 # %% ../nbs/08_diagnostics.ipynb #e5608b20
 def tap_transform(fc_layer_ids: list, hidden_size: int, tap: int, mode: str, value=None):
-    "A function editing tap `tap` of fc input [T, n_fc*H]: mode 'zero', 'scale' (value = factor) or 'mean' (value = [H] mean)."
+    "A function editing tap `tap` of fc input [T, n_fc*H]: 'zero', 'scale' (value = factor), 'mean' (value = [H] mean)."
     i, H = fc_layer_ids.index(tap), hidden_size
     def f(taps):
-        taps = taps.clone(); blk = taps[:, i * H:(i + 1) * H]
-        if mode == "zero": blk.zero_()
-        elif mode == "scale": blk.mul_(value)
-        elif mode == "mean": blk.copy_(value.to(blk.dtype).expand_as(blk))
-        else: raise ValueError(f"Unknown ablation mode {mode!r}; use 'zero', 'scale' or 'mean'.")
+        taps = taps.clone()
+        blk = taps[:, i * H:(i + 1) * H]
+        if mode == "zero":
+            blk.zero_()
+        elif mode == "scale":
+            blk.mul_(value)
+        elif mode == "mean":
+            blk.copy_(value.to(blk.dtype).expand_as(blk))
+        else:
+            raise ValueError(f"Unknown ablation mode {mode!r}; use 'zero', 'scale' or 'mean'.")
         return taps
     return f
 
+# %% ../nbs/08_diagnostics.ipynb #a1f0c005
 def tap_means(cache: HiddenStateCache, taps: list, indices=None) -> dict:
     "{tap: mean hidden state [H] over the cached tokens}."
     idx = range(len(cache)) if indices is None else indices
@@ -143,16 +169,20 @@ def tap_means(cache: HiddenStateCache, taps: list, indices=None) -> dict:
 def tap_ablation(model: DFlashDraftModel, cache: HiddenStateCache, modes=("zero", "mean"), indices=None) -> tuple:
     "(base result, rows): τ, Δτ and share of the gain per (tap, mode), 'absent' rows for taps fc does not read."
     c = model.config
-    base, means, rows = offline_tau(model, cache, indices, budgets=(), name="base"), tap_means(cache, c.fc_layer_ids, indices), []
+    base = offline_tau(model, cache, indices, budgets=(), name="base")
+    means, rows = tap_means(cache, c.fc_layer_ids, indices), []
     for t in c.target_layer_ids:
-        if t not in c.fc_layer_ids: rows.append({"tap": t, "mode": "absent", "tau": base.tau, "delta": 0.0, "share": None}); continue
+        if t not in c.fc_layer_ids:
+            rows.append({"tap": t, "mode": "absent", "tau": base.tau, "delta": 0.0, "share": None})
+            continue
         for mode in modes:
             f = tap_transform(c.fc_layer_ids, c.hidden_size, t, mode, means[t] if mode == "mean" else 0.0)
-            r = offline_tau(model, cache, indices, budgets=(), transform=f)
-            rows.append({"tap": t, "mode": mode, "tau": r.tau, "delta": r.tau - base.tau,
-                         "share": (base.tau - r.tau) / (base.tau - 1) if base.tau > 1 else None})
+            tau = offline_tau(model, cache, indices, budgets=(), transform=f).tau
+            share = (base.tau - tau) / (base.tau - 1) if base.tau > 1 else None
+            rows.append({"tap": t, "mode": mode, "tau": tau, "delta": tau - base.tau, "share": share})
     return base, rows
 
+# %% ../nbs/08_diagnostics.ipynb #a1f0c006
 def deepest_tap_share(model: DFlashDraftModel, rows: list, mode: str = "zero") -> float | None:
     "The deepest tap's share of the gain under `mode` (None when fc never reads it)."
     deep = model.config.target_layer_ids[-1]
@@ -163,16 +193,21 @@ def plot_ablation(base: OfflineResult, rows: list, ax=None, title: str = ""):
     "Bars of τ with each tap ablated (one bar per mode), the unablated τ as a line; absent taps hatched."
     import matplotlib.pyplot as plt
     ax = ax or plt.subplots(figsize=(7, 3))[1]
-    taps = list(dict.fromkeys(r["tap"] for r in rows)); modes = [m for m in dict.fromkeys(r["mode"] for r in rows) if m != "absent"]
+    taps = list(dict.fromkeys(r["tap"] for r in rows))
+    modes = [m for m in dict.fromkeys(r["mode"] for r in rows) if m != "absent"]
     w = 0.8 / max(1, len(modes))
     for r in rows:
         x = taps.index(r["tap"])
-        if r["mode"] == "absent": ax.bar(x, base.tau, width=0.8, fill=False, hatch="//", edgecolor="grey"); continue
+        if r["mode"] == "absent":
+            ax.bar(x, base.tau, width=0.8, fill=False, hatch="//", edgecolor="grey")
+            continue
         j = modes.index(r["mode"])
-        ax.bar(x + (j - (len(modes) - 1) / 2) * w, r["tau"], width=w, color=f"C{j}", label=r["mode"] if x == taps.index(rows[0]["tap"]) else None)
+        label = r["mode"] if x == taps.index(rows[0]["tap"]) else None      # one legend entry per mode
+        ax.bar(x + (j - (len(modes) - 1) / 2) * w, r["tau"], width=w, color=f"C{j}", label=label)
     ax.axhline(base.tau, color="k", ls="--", lw=1, label=f"no ablation τ={base.tau:.2f}")
     ax.set_xticks(range(len(taps)), [str(t) for t in taps])
-    ax.set(xlabel="ablated tap (target layer id)", ylabel="τ", title=title or "τ with one tap ablated (hatched: not an fc input)")
+    ax.set(xlabel="ablated tap (target layer id)", ylabel="τ",
+           title=title or "τ with one tap ablated (hatched: not an fc input)")
     ax.legend(fontsize=8)
     return ax
 
@@ -180,11 +215,15 @@ def plot_ablation(base: OfflineResult, rows: list, ax=None, title: str = ""):
 def retrofit_fused(model: DFlashDraftModel) -> DFlashDraftModel:
     "A fused drafter equal to split drafter `model` at step 0: fc gains zero columns for the deepest tap."
     c = model.config
-    if c.fusion != "split": raise ValueError(f"retrofit_fused needs a split drafter; this one is {c.fusion!r}.")
+    if c.fusion != "split":
+        raise ValueError(f"retrofit_fused needs a split drafter; this one is {c.fusion!r}.")
     sd = {k: v.clone() for k, v in drafter_state_dict(model).items()}     # own tensors, dtype and device as they are
     sd["fc.weight"] = torch.cat([sd["fc.weight"], torch.zeros_like(sd["fc.weight"][:, :c.hidden_size])], 1)
-    with torch.device("meta"): new = DFlashDraftModel(replace(c, fusion="fused"))
+    with torch.device("meta"):
+        new = DFlashDraftModel(replace(c, fusion="fused"))
     new.load_state_dict(sd, strict=False, assign=True)
-    if model.embed_tokens is None: new.embed_tokens = new.lm_head = None   # no target yet: stays unable to draft
-    else: new.attach_shared(model.embed_tokens, model.lm_head)            # the target's modules, borrowed as they are
+    if model.embed_tokens is None:
+        new.embed_tokens = new.lm_head = None                              # no target yet: stays unable to draft
+    else:
+        new.attach_shared(model.embed_tokens, model.lm_head)              # the target's modules, borrowed as they are
     return new

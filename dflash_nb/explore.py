@@ -1,4 +1,4 @@
-"""An interactive explorer over drafters and a cache: scale each tap's input, pick a prompt, switch layout, and watch τ, the per-position acceptance and the contribution bars move.
+"""An interactive explorer: scale each tap's input, pick a prompt or a layout, and watch τ and the bars move.
 
 Docs: https://dflash-nb.github.io/dflash_nb/explore_taps.html.md"""
 
@@ -7,6 +7,7 @@ Docs: https://dflash-nb.github.io/dflash_nb/explore_taps.html.md"""
 # %% ../nbs/09_explore_taps.ipynb #0cf2d13e
 from __future__ import annotations
 import time
+from dataclasses import dataclass
 import torch
 from .cache import HiddenStateCache, select_taps
 from .eval import offline_tau, plot_acceptance
@@ -21,30 +22,33 @@ class MemoryCache:
     def __init__(self, cache: HiddenStateCache, indices=None):
         idx = list(range(len(cache)) if indices is None else indices)
         self.samples = [cache[i] for i in idx]
-        self.tap_ids, self.convention, self.target_hash, self.target_name = cache.tap_ids, cache.convention, cache.target_hash, cache.target_name
-        self.hidden_size, self.path, self.lengths = cache.hidden_size, cache.path, [len(s["input_ids"]) for s in self.samples]
+        self.tap_ids, self.convention, self.hidden_size = cache.tap_ids, cache.convention, cache.hidden_size
+        self.target_hash, self.target_name, self.path = cache.target_hash, cache.target_name, cache.path
+        self.lengths = [len(s["input_ids"]) for s in self.samples]
+
     def __len__(self): return len(self.samples)
     def __getitem__(self, i): return self.samples[i]
+
     def taps_for(self, i, layer_ids):
+        "Taps `layer_ids` of sample `i`, [T, len(layer_ids)*H] (as `HiddenStateCache.taps_for`)."
         return select_taps(self.samples[i]["taps"], self.tap_ids, layer_ids, self.hidden_size)
 
 # %% ../nbs/09_explore_taps.ipynb #69c94565
 class TapExplorer:
     "Offline τ, per-position acceptance and tap contributions of drafters {layout: model} under per-tap input scales."
     def __init__(self, drafters: dict, cache, indices=None):
-        self.drafters, self.cache = drafters, MemoryCache(cache, indices) if isinstance(cache, HiddenStateCache) else cache
+        self.drafters = drafters
+        self.cache = MemoryCache(cache, indices) if isinstance(cache, HiddenStateCache) else cache
         self.reports = {k: fc_report(m, self.cache) for k, m in drafters.items()}
         self.taps = sorted({t for m in drafters.values() for t in m.config.target_layer_ids})
 
     def scale_transform(self, layout: str, scales: dict):
         "A transform multiplying each fc tap's input block by its scale."
-        c = self.drafters[layout].config; H = c.hidden_size
-        s = torch.cat([torch.full((H,), float(scales.get(t, 1.0))) for t in c.fc_layer_ids])
+        c = self.drafters[layout].config
+        s = torch.cat([torch.full((c.hidden_size,), float(scales.get(t, 1.0))) for t in c.fc_layer_ids])
         return lambda taps: taps * s.to(taps.dtype)
 
 # %% ../nbs/09_explore_taps.ipynb #79b61971
-from dataclasses import dataclass
-
 @dataclass
 class ExplorerState:
     "What one update computed: the evaluation, the scaled contribution rows and the seconds it took."
@@ -52,20 +56,24 @@ class ExplorerState:
     contributions: list
     seconds: float
 
+# %% ../nbs/09_explore_taps.ipynb #d136747d
 def _scaled_rows(rows, scales):
+    "fc report rows with each contribution scaled by |scale| and the shares recomputed."
     out = [dict(r) for r in rows]
     for r in out:
-        if r["contribution"] is not None: r["contribution"] *= abs(float(scales.get(r["tap"], 1.0)))
+        if r["contribution"] is not None:
+            r["contribution"] *= abs(float(scales.get(r["tap"], 1.0)))
     total = sum(r["contribution"] or 0 for r in out) or 1.0
-    for r in out: r["share"] = None if r["contribution"] is None else r["contribution"] / total
+    for r in out:
+        r["share"] = None if r["contribution"] is None else r["contribution"] / total
     return out
 
-# %% ../nbs/09_explore_taps.ipynb #d136747d
 def explorer_update(ex: TapExplorer, layout: str, scales: dict, prompt: int | None = None) -> ExplorerState:
     "Re-evaluate drafter `layout` with tap input `scales` on one prompt (index into the explorer's samples) or all."
     t0 = time.perf_counter()
     idx = None if prompt is None else [prompt]
-    res = offline_tau(ex.drafters[layout], ex.cache, idx, budgets=(), name=layout, transform=ex.scale_transform(layout, scales))
+    res = offline_tau(ex.drafters[layout], ex.cache, idx, budgets=(), name=layout,
+                      transform=ex.scale_transform(layout, scales))
     return ExplorerState(res, _scaled_rows(ex.reports[layout], scales), time.perf_counter() - t0)
 
 # %% ../nbs/09_explore_taps.ipynb #6b3dba50
@@ -80,20 +88,32 @@ def explorer_figure(state: ExplorerState, title: str = ""):
     return fig
 
 # %% ../nbs/09_explore_taps.ipynb #a9e9a5cf
+def _explorer_controls(ex: TapExplorer) -> tuple:
+    "The explorer's controls: {tap: input-scale slider}, the prompt picker and the layout toggle."
+    import ipywidgets as W
+    sliders = {t: W.FloatSlider(value=1.0, min=0.0, max=2.0, step=0.1, description=f"tap {t}",
+                                continuous_update=False) for t in ex.taps}
+    options = [("all prompts", -1)] + [(f"prompt {i} ({n} tokens)", i) for i, n in enumerate(ex.cache.lengths)]
+    layouts = list(ex.drafters)
+    return sliders, W.Dropdown(options=options, value=-1), W.ToggleButtons(options=layouts, value=layouts[0])
+
 def explorer_widget(ex: TapExplorer):
     "An ipywidgets explorer over `ex`; `.state` holds the last `ExplorerState`."
     import ipywidgets as W
     from IPython.display import display
-    sliders = {t: W.FloatSlider(value=1.0, min=0.0, max=2.0, step=0.1, description=f"tap {t}", continuous_update=False) for t in ex.taps}
-    prompt = W.Dropdown(options=[("all prompts", -1)] + [(f"prompt {i} ({n} tokens)", i) for i, n in enumerate(ex.cache.lengths)], value=-1)
-    layout = W.ToggleButtons(options=list(ex.drafters), value=list(ex.drafters)[0])
+    sliders, prompt, layout = _explorer_controls(ex)
     out, label = W.Output(), W.HTML()
-    box = W.VBox([W.HBox([layout, prompt]), W.HBox(list(sliders.values()), layout=W.Layout(flex_flow="row wrap")), label, out])
+    row = W.HBox(list(sliders.values()), layout=W.Layout(flex_flow="row wrap"))
+    box = W.VBox([W.HBox([layout, prompt]), row, label, out])
+
     def refresh(*_):
         scales = {t: s.value for t, s in sliders.items()}
         box.state = explorer_update(ex, layout.value, scales, None if prompt.value < 0 else prompt.value)
         label.value = f"<b>{layout.value}</b>: τ = {box.state.result.tau:.3f} (updated in {box.state.seconds:.2f} s)"
-        with out: out.clear_output(wait=True); display(explorer_figure(box.state))
-    for w in [layout, prompt, *sliders.values()]: w.observe(refresh, names="value")
+        with out:
+            out.clear_output(wait=True)
+            display(explorer_figure(box.state))
+    for w in [layout, prompt, *sliders.values()]:
+        w.observe(refresh, names="value")
     refresh()
     return box
