@@ -56,7 +56,7 @@ def test_pipeline_extract_train_offline_online_lossless(target, tmp_path):
     from dflash_nb.config import default_target_layer_ids
     from dflash_nb.decode import greedy_generate, speculative_generate
     from dflash_nb.eval import offline_tau
-    from dflash_nb.cache import HiddenStateCache
+    from dflash_nb.cache import HiddenStateCache, check_compatible
     from dflash_nb.extract import cached_responses, eos_token_ids, extract_to_cache
     from dflash_nb.model import DFlashDraftModel
     from dflash_nb.toy import load_prompts
@@ -82,7 +82,7 @@ def test_pipeline_extract_train_offline_online_lossless(target, tmp_path):
     ckpt = train(cfg, target=target, data=train_cache)
     drafter = DFlashDraftModel.from_pretrained(ckpt, target_model=target.model).eval()
     lap("train")
-    off = offline_tau(drafter, eval_cache, budgets=(15,), target_hash=target.config_hash)
+    off = offline_tau(drafter, check_compatible(eval_cache, target_hash=target.config_hash), budgets=(15,))
     lap("offline")
     assert 1 <= off.tau <= 16 and 1 <= off.tau_tree[15] <= 16
     online, lossless = [], 0
