@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from dflash_nb.config import default_target_layer_ids
 from dflash_nb.decode import check_decodable, speculative_generate, time_per_token
-from dflash_nb.eval import offline_tau
+from dflash_nb.evaluate import offline_tau
 from dflash_nb.cache import HiddenStateCache, check_compatible, CacheLayout
 from dflash_nb.extract import eos_token_ids, extract_to_cache, generate_responses, prompt_token_ids
 from dflash_nb.model import DFlashDraftModel

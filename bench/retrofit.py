@@ -14,7 +14,7 @@ from dflash_nb.config import default_target_layer_ids
 from dflash_nb.model import DFlashDraftModel
 from dflash_nb.diagnostics import retrofit_fused
 from dflash_nb.train import TrainConfig, train
-from dflash_nb.eval import offline_tau
+from dflash_nb.evaluate import offline_tau
 
 
 def main():

@@ -17,7 +17,7 @@ from dflash_nb.extract import cached_responses
 from dflash_nb.config import default_target_layer_ids
 from dflash_nb.model import DFlashDraftModel, read_drafter_tensors
 from dflash_nb.train import TrainConfig, train, read_metrics
-from dflash_nb.eval import offline_tau
+from dflash_nb.evaluate import offline_tau
 from dflash_nb.launch import launch
 from dflash_nb.toy import load_toy_target, load_prompts, toy_target_path
 

@@ -94,6 +94,7 @@ def _shard_shapes(lengths: list[int], m: dict) -> dict:
     final = {"final": [n, H]} if m["has_final"] else {}
     return {"input_ids": [n], "loss_mask": [n], "taps": [n, len(m["tap_ids"]) * H]} | final
 
+# %% ../nbs/03_cache.ipynb #3d0e040c
 def write_shard(out_dir, index: int, records: list[dict], m: dict, digest: str = "") -> dict:
     "Write `records` as shard `index` of the cache with manifest `m`, atomically; return its manifest entry."
     lengths, dt = [len(r["input_ids"]) for r in records], CACHE_DTYPES[m["dtype"]]
@@ -156,6 +157,7 @@ SHARD_FIELDS = dict(index=int, file=str, lengths=list, bytes=int, sha256=str, sa
 def _wrong_type(d, k, t) -> bool:
     return not isinstance(d, dict) or k not in d or not isinstance(d[k], t) or (t is int and isinstance(d[k], bool))
 
+# %% ../nbs/03_cache.ipynb #26376060
 def _check_fields(d, fields: dict, where):
     if bad := [k for k, t in fields.items() if _wrong_type(d, k, t)]:
         raise ValueError(f"{where}: fields {bad} are missing or of the wrong type; the manifest is damaged: "
@@ -167,6 +169,7 @@ def _check_fields(d, fields: dict, where):
         raise ValueError(f"{where}: {ints or 'dtype, hidden_size or tap_convention'} hold impossible values; the "
                          "manifest is damaged: re-extract the cache.")
 
+# %% ../nbs/03_cache.ipynb #f7e9586e
 def _write_manifest(out_dir: Path, m: dict):
     atomic_write(out_dir / MANIFEST, lambda p: p.write_text(json.dumps(m, separators=(",", ":"))))
 
@@ -178,11 +181,13 @@ def _digest(parts) -> str:
         h.update(b"\0")
     return h.hexdigest()[:16]
 
+# %% ../nbs/03_cache.ipynb #8403b089
 def _intact(out_dir, e, m) -> bool:
     try: check_shard(out_dir, e, m)
     except CacheShardError: return False
     return True
 
+# %% ../nbs/03_cache.ipynb #5c24928e
 def _resume_manifest(out_dir: Path, header: dict) -> dict:
     "A fresh manifest, or the one in `out_dir` (same settings required) with its damaged shards dropped."
     if not (out_dir / MANIFEST).exists(): return dict(header)
@@ -207,6 +212,7 @@ def _write_or_explain(out_dir: Path, i: int, records: list[dict], m: dict, diges
         raise OSError(f"Writing shard {i} into {out_dir} failed ({e}). The {len(m['shards'])} shards written so far "
                       "are intact: free space (or fix the directory), then rerun the same extraction to resume.") from e
 
+# %% ../nbs/03_cache.ipynb #ba79b1f3
 def write_cache(out_dir, header: dict, samples, make_records, identity, progress: bool = False) -> Path:
     "Stream `samples` into shards of `out_dir`, resuming: `make_records(chunk)` -> records; `identity(chunk)` names it."
     out_dir = check_output_dir(out_dir, header["hidden_size"] * len(header["tap_ids"]) * 2 * 4096)
@@ -269,6 +275,7 @@ def _read_rows(self: HiddenStateCache, i: int, keys) -> dict:
     with safe_open(self.path / self.manifest["shards"][s]["file"], "pt") as f:
         return {k: f.get_slice(k)[a:a + self.lengths[i]] for k in keys}
 
+# %% ../nbs/03_cache.ipynb #699efea0
 @patch
 def __getitem__(self: HiddenStateCache, i: int) -> dict:
     d = self._read_rows(i, ["input_ids", "loss_mask", "taps"] + (["final"] if self.has_final else []))
@@ -284,6 +291,7 @@ def _tap_positions(have: list[int], want) -> list[int]:
         raise ValueError(f"Taps {want}: list each once, in ascending order: {sorted(set(want))}.")
     return [have.index(k) for k in want]
 
+# %% ../nbs/03_cache.ipynb #703c7530
 def select_taps(taps: torch.Tensor, have: list[int], want, hidden_size: int) -> torch.Tensor:
     "Columns of taps `want` out of `taps` [T, len(have)*H] laid out in `have` order: [T, len(want)*H]."
     H = hidden_size
@@ -358,6 +366,7 @@ def _check_lengths(path, ts: dict):
         raise ValueError(f"{path}: its tensors hold different numbers of tokens ({each}); each must cover the same T "
                          "tokens: re-export this sample, or leave it out.")
 
+# %% ../nbs/03_cache.ipynb #637aef76
 def _default_loss_mask(T: int, prompt_len: int | None, path) -> torch.Tensor:
     "The loss mask of a file without one: every position, or every position from `prompt_len` on."
     if prompt_len is None: return torch.ones(T, dtype=torch.long)

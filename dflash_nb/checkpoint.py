@@ -57,6 +57,7 @@ def latest_checkpoint(out_dir) -> Path | None:
 def _json_writer(obj):
     return lambda p: p.write_text(json.dumps(obj, indent=1))
 
+# %% ../nbs/04_checkpoint.ipynb #7b41960f
 def _write_checkpoint(tmp: Path, model, tensors, sd: dict, st: CheckpointState):
     model.save_pretrained(tmp, tensors=tensors)
     opt = {f"opt.{i}.{k}": v for i, s in sd["state"].items() for k, v in s.items()}

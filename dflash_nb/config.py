@@ -156,11 +156,13 @@ def fc_layer_ids(self: DFlashConfig) -> list[int]:
     "Taps concatenated into `fc`, in ascending order."
     return fc_tap_ids(self.target_layer_ids, self.fusion)
 
+# %% ../nbs/00_config.ipynb #1b314275
 @patch(as_prop=True)
 def loss_only_layer_id(self: DFlashConfig) -> int | None:
     "The deepest tap under `split` (feeds only training targets); None under `fused`."
     return self.target_layer_ids[-1] if self.fusion == "split" else None
 
+# %% ../nbs/00_config.ipynb #2ab92eb8
 @patch(as_prop=True)
 def fc_in_features(self: DFlashConfig) -> int:
     "Width of `fc`'s input: one hidden size per fc tap."
@@ -174,6 +176,7 @@ class LayerAttention:
     window: int | None
     causal: bool
 
+# %% ../nbs/00_config.ipynb #e45cc585
 @patch(as_prop=True)
 def layer_attention(self: DFlashConfig) -> list[LayerAttention]:
     "Per layer: kind, window (sliding layers only) and in-block causality."
@@ -227,6 +230,7 @@ DFLASH_REFUSED = {"conv_group_size": "DFlash2 grouped convolutions are not imple
 def _refuse(key: str, value, why: str):
     raise ValueError(f"config.json field {key}={value!r} is not supported: {why}.")
 
+# %% ../nbs/00_config.ipynb #7fe6cb1c
 def _check_group(d: dict, honoured, checked: dict, refused: dict, prefix: str = ""):
     for k, v in d.items():
         if k in honoured or k in IGNORED: continue
@@ -235,6 +239,7 @@ def _check_group(d: dict, honoured, checked: dict, refused: dict, prefix: str = 
         _refuse(prefix + k, v, refused.get(k, "an unknown field, which may change the drafter's computation; remove it "
                                               "if it does not, or convert the checkpoint"))
 
+# %% ../nbs/00_config.ipynb #edfb9ddb
 def check_hub_fields(d: dict):
     "Raise naming the first field of hub config `d` that this workbench does not implement."
     _check_group(d, HONOURED, CHECKED, REFUSED)
@@ -250,6 +255,7 @@ def _causal_fields(c: DFlashConfig) -> dict:
     if len(set(c.block_causal)) == 1: return {"is_causal": c.block_causal[0]}
     return {"dflash_config": {"block_causal": c.block_causal}}
 
+# %% ../nbs/00_config.ipynb #dacae7f1
 @patch
 def to_hub_dict(self: DFlashConfig) -> dict:
     "The config as a hub `config.json` dict (the reference implementation reads the same fields)."
@@ -274,6 +280,7 @@ def _qwen3_view(d: dict) -> Qwen3Config:
         except Exception as e:    # transformers' strict validators raise their own error types
             raise ValueError(f"config.json is not a valid Qwen3 config for transformers: {e}") from e
 
+# %% ../nbs/00_config.ipynb #e41e1ba2
 def _rope(hf: Qwen3Config) -> tuple[float, dict | None]:
     "(rope_theta, rope_parameters without theta, or None for plain RoPE)."
     p = {k: v for k, v in hf.rope_parameters.items() if k not in ("rope_theta", "type")}
@@ -285,6 +292,7 @@ def _causal_spellings(d: dict, dc: dict) -> set:
             ("dflash_config.causal", dc.get("causal"))}
     return {(k, v) for k, v in said if v is not None}
 
+# %% ../nbs/00_config.ipynb #646edd74
 def _attention(d: dict, dc: dict, hf: Qwen3Config) -> dict:
     "layer_types, sliding_window and block_causal as the config's dialect means them."
     n, said = hf.num_hidden_layers, _causal_spellings(d, dc)
@@ -302,6 +310,7 @@ def _required(d: dict, dc: dict, key: str, fix: str):
     if v is None: raise ValueError(f"config.json has no {key} (in dflash_config or at the top level): {fix}.")
     return v
 
+# %% ../nbs/00_config.ipynb #d2c217e3
 def _tap_ids(d: dict, dc: dict, L: int, n_fc_taps: int | None) -> list[int]:
     "The recorded taps; else the reference default for the fc width, with a warning; else an error naming the key."
     ids = dc.get("target_layer_ids", d.get("target_layer_ids"))
@@ -341,6 +350,7 @@ def save(self: DFlashConfig, path: str | Path) -> Path:
     text = json.dumps(self.to_hub_dict(), indent=2) + "\n"
     return atomic_write(path / "config.json", lambda p: p.write_text(text))
 
+# %% ../nbs/00_config.ipynb #9bd201d0
 def read_hub_config(path: str | Path) -> dict:
     "The raw `config.json` dict of checkpoint directory `path`."
     f = Path(path) / "config.json"

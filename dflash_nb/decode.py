@@ -15,7 +15,7 @@ from transformers.cache_utils import DynamicLayer, LinearAttentionCacheLayerMixi
 from .config import TAP_CONVENTION
 from .target import Target, linear_attention_layers
 from .extract import capture_layers, tap_sites, prompt_token_ids, eos_token_ids
-from .eval import DraftTree, build_tree, tree_attention_mask, walk_tree
+from .evaluate import DraftTree, build_tree, tree_attention_mask, walk_tree
 
 # %% auto #0
 __all__ = ['TargetPass', 'new_cache', 'target_pass', 'clock', 'stop_ids', 'finish_tokens', 'greedy_generate', 'Decoding',
@@ -41,6 +41,7 @@ def _tap_request(taps) -> tuple:
     "(tap ids, convention) of `taps`: tap ids, or a (tap ids, convention) pair."
     return taps if isinstance(taps, tuple) and len(taps) == 2 and isinstance(taps[1], str) else (taps, TAP_CONVENTION)
 
+# %% ../nbs/07_decode.ipynb #79185201
 @torch.no_grad()
 def target_pass(target: Target, ids, cache: DynamicCache, taps, keep_mixer_inputs: bool = False,
                 logits_to_keep: int = 0) -> TargetPass:

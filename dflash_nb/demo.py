@@ -16,7 +16,7 @@ from .storage import atomic_write
 from .cache import HiddenStateCache, CacheLayout
 from .extract import cached_responses, extract_to_cache
 from .train import TrainConfig, train, read_metrics
-from .eval import offline_tau, comparison_rows, markdown_table, OfflineResult, plot_acceptance
+from .evaluate import offline_tau, comparison_rows, markdown_table, OfflineResult, plot_acceptance
 
 # %% auto #0
 __all__ = ['DemoConfig', 'quick_demo_config', 'stage_cache', 'stage_train', 'stage_offline', 'plot_training',
@@ -71,6 +71,7 @@ def _read_offline(path: Path) -> list[OfflineResult]:
     return [OfflineResult(**(d | {"tau_tree": {int(k): v for k, v in d["tau_tree"].items()}}))
             for d in json.loads(path.read_text())]
 
+# %% ../nbs/10_demo.ipynb #4af33d35
 def stage_offline(target, ckpts: dict, cache: HiddenStateCache, path: Path, budgets,
                   progress: bool = True) -> list[OfflineResult]:
     "Offline chain + DDTree τ of each checkpoint over the eval cache (JSON at `path`, reused when present)."
@@ -105,6 +106,7 @@ def _save(fig, path: Path) -> str:
     fig.savefig(path, dpi=110)
     return path.name
 
+# %% ../nbs/10_demo.ipynb #4447f3d5
 def diagnostics_figures(target, models: dict, cache: HiddenStateCache, runs: dict, out: Path,
                         n_samples: int = 4) -> dict:
     "Write the report's diagnostics PNGs; returns {figure name: file name}."
@@ -141,6 +143,7 @@ def _json_stage(path: Path, compute):
     _write_text(path, json.dumps(res, indent=1))
     return res
 
+# %% ../nbs/10_demo.ipynb #3dd468f6
 def stage_online(target, ckpts: dict, samples: list[dict], path: Path, max_new_tokens: int,
                  progress: bool = True) -> dict:
     "Online chain decoding of the eval prompts per drafter: τ, speedup, losslessness, rollback cost (JSON at `path`)."
@@ -182,6 +185,7 @@ def _report_rows(offline: list, online: dict) -> list[dict]:
               "lossless": o.get("lossless")}
     return rows
 
+# %% ../nbs/10_demo.ipynb #b6d55e56
 def _ablation_text(ablation: dict) -> str:
     "The headline: the share of the fused drafter's gain that its deepest tap carries."
     share = ablation.get("deepest_share")
@@ -213,6 +217,7 @@ def _timed(timings: dict, name: str, f, *args):
     timings[name] = timings.get(name, 0) + time.perf_counter() - t0
     return r
 
+# %% ../nbs/10_demo.ipynb #5b141664
 def run_demo(out, cfg: DemoConfig | None = None, target=None, prompts: dict | None = None) -> Path:
     "Run (or resume) the whole demo into directory `out`; returns the report's path."
     from dflash_nb.toy import load_toy_target, load_prompts

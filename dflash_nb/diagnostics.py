@@ -13,7 +13,7 @@ import torch
 from .model import DFlashDraftModel, drafter_state_dict
 from .cache import HiddenStateCache
 from .extract import capture_layers, tap_sites
-from .eval import offline_tau, OfflineResult
+from .evaluate import offline_tau, OfflineResult
 
 # %% auto #0
 __all__ = ['RMSStats', 'rms_stats', 'layer_rms_live', 'layer_rms_cache', 'plot_layer_norms', 'fc_blocks', 'fc_report',
@@ -36,6 +36,7 @@ def rms_stats(rms: torch.Tensor) -> RMSStats:
     std = float(v.std(ddof=1)) if v.size > 1 else 0.0
     return RMSStats(float(v.mean()), std, *map(float, np.quantile(v, [0.5, 0.1, 0.9])))
 
+# %% ../nbs/08_diagnostics.ipynb #5fcc9cd7
 def _summary(per_token: dict) -> dict:
     "{layer: `RMSStats`} of {layer: [per-token RMS tensors]}, layers in ascending order."
     return {k: rms_stats(torch.cat(v)) for k, v in sorted(per_token.items())}
@@ -91,6 +92,7 @@ def _contribution(W: torch.Tensor, cache: HiddenStateCache, tap: int, indices=No
     idx = range(len(cache)) if indices is None else indices
     return torch.cat([(cache.taps_for(i, [tap]).float() @ W.T).norm(dim=-1) for i in idx]).mean().item()
 
+# %% ../nbs/08_diagnostics.ipynb #5bc95159
 @torch.no_grad()
 def fc_report(model: DFlashDraftModel, cache: HiddenStateCache | None = None, indices=None,
               n_singular: int = 4) -> list[dict]:

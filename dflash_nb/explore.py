@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 import torch
 from .cache import HiddenStateCache, select_taps
-from .eval import offline_tau, plot_acceptance
+from .evaluate import offline_tau, plot_acceptance
 from .diagnostics import fc_report, plot_fc_report
 
 # %% auto #0
@@ -68,6 +68,7 @@ def _scaled_rows(rows, scales):
         r["share"] = None if r["contribution"] is None else r["contribution"] / total
     return out
 
+# %% ../nbs/09_explore_taps.ipynb #e828242a
 def explorer_update(ex: TapExplorer, layout: str, scales: dict, prompt: int | None = None) -> ExplorerState:
     "Re-evaluate drafter `layout` with tap input `scales` on one prompt (index into the explorer's samples) or all."
     t0 = time.perf_counter()
@@ -97,6 +98,7 @@ def _explorer_controls(ex: TapExplorer) -> tuple:
     layouts = list(ex.drafters)
     return sliders, W.Dropdown(options=options, value=-1), W.ToggleButtons(options=layouts, value=layouts[0])
 
+# %% ../nbs/09_explore_taps.ipynb #285a3ab2
 def explorer_widget(ex: TapExplorer):
     "An ipywidgets explorer over `ex`; `.state` holds the last `ExplorerState`."
     import ipywidgets as W

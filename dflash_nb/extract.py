@@ -71,6 +71,7 @@ def _greedy_batch(model, prompts: list[list[int]], max_new_tokens: int, pad_id: 
     out = model.generate(input_ids=ids, attention_mask=mask, generation_config=gc)
     return [_cut_at_eos(r, eos) for r in out[:, n:].tolist()]
 
+# %% ../nbs/03a_extract.ipynb #9d4e2a28
 def _cut_at_eos(tokens: list[int], eos: list[int]) -> list[int]:
     "`tokens` up to and including the first eos (the rest is padding)."
     return next((tokens[:j + 1] for j, t in enumerate(tokens) if t in eos), tokens)
@@ -138,6 +139,7 @@ def extract_samples(target, samples: list[dict], tap_ids, convention: str = TAP_
 def _ids_identity(chunk: list[dict]) -> list[bytes]:
     return [s["input_ids"].to(torch.int32).numpy().tobytes() for s in chunk]
 
+# %% ../nbs/03a_extract.ipynb #42d97cbc
 def extract_to_cache(target, samples, out_dir, layout, batch_size: int = 8, progress: bool = False) -> Path:
     "Extract the taps (and `final`) of `samples` (records: input_ids, loss_mask) into a resumable cache at `out_dir`."
     lay = CacheLayout.of(layout)
@@ -177,6 +179,7 @@ def _accumulate(stats: dict, key, a: torch.Tensor, b: torch.Tensor):
     s[1] += (a - b).pow(2).sum().item()
     s[2] += a.pow(2).sum().item()
 
+# %% ../nbs/03a_extract.ipynb #e217e4f5
 def _record_errors(stats: dict, ra: dict, rb: dict, taps: list[int], H: int):
     "Add the errors between records `ra` and `rb` (both with `taps` in that order, and maybe `final`) to `stats`."
     if not torch.equal(ra["input_ids"], rb["input_ids"]):
@@ -185,6 +188,7 @@ def _record_errors(stats: dict, ra: dict, rb: dict, taps: list[int], H: int):
         _accumulate(stats, k, ra["taps"][:, j * H:(j + 1) * H], rb["taps"][:, j * H:(j + 1) * H])
     if "final" in ra and "final" in rb: _accumulate(stats, "final", ra["final"], rb["final"])
 
+# %% ../nbs/03a_extract.ipynb #c4ad5eb4
 def _parity_table(stats: dict) -> list[dict]:
     return [{"tap": k, "max_abs": s[0], "rel_l2": (s[1] / s[2]) ** 0.5 if s[2] else 0.0} for k, s in stats.items()]
 
@@ -219,6 +223,7 @@ def _as_in_files(cache, r: dict, norm) -> torch.Tensor:
         return select_taps(r["taps"], cache.tap_ids, [leg["last_layer_id"]], cache.hidden_size)
     return norm(r["final"].float()).float() if leg["last_hidden"] == "normed" else r["final"].float()
 
+# %% ../nbs/03a_extract.ipynb #8ebaf16b
 def _warn_misread(cache, rows: list[dict]):
     leg = cache.manifest["legacy"]
     readings = [r for r in rows if str(r["tap"]).startswith("last_hidden as ")]
@@ -281,6 +286,7 @@ def _jsonable(x):
     if isinstance(x, dict): return {k: _jsonable(v) for k, v in x.items()}
     return [_jsonable(v) for v in x] if isinstance(x, (list, tuple)) else x
 
+# %% ../nbs/03a_extract.ipynb #eee4681d
 def responses_key(target, prompts: list, max_new_tokens: int, chat: bool = True) -> dict:
     "What a responses file depends on: the prompts (content hash and count), max_new_tokens, the target, chat or raw."
     digest = hashlib.sha256(json.dumps(_jsonable(list(prompts)), sort_keys=True).encode()).hexdigest()[:16]
@@ -303,6 +309,7 @@ def read_responses(path) -> list[dict]:
         out.append({k: v if k == "id" else torch.tensor(v) for k, v in d.items()})
     return out
 
+# %% ../nbs/03a_extract.ipynb #68c36d5f
 def _drop_torn_tail(path: Path):
     "Cut `path` back to its last complete line."
     data = path.read_bytes()
@@ -324,6 +331,7 @@ def _check_unkeyed(path: Path, records: list, target, prompts: list, chat: bool)
                   f"max_new_tokens that made it cannot be checked; {fix} if either changed.", UserWarning, stacklevel=3)
     return records
 
+# %% ../nbs/03a_extract.ipynb #96c8ade8
 def _resume_responses(path: Path, key: dict, target, prompts: list, chat: bool) -> list:
     "The responses in `path` if its key file matches `key` (new key file if none); else an error naming what differs."
     kp = _key_path(path)
@@ -346,6 +354,7 @@ def _with_id(q, ids: list[int]):
     "Token ids `ids` of prompt `q`, as a prompt record that keeps `q`'s id."
     return {"id": q["id"], "prompt": ids} if isinstance(q, dict) and "id" in q else ids
 
+# %% ../nbs/03a_extract.ipynb #78b1e5b7
 def cached_responses(target, prompts: list, path, max_new_tokens: int, batch_size: int,
                      chat: bool = True) -> list[dict]:
     "Greedy responses to `prompts`, appended to JSON lines at `path` as they finish; a rerun resumes or refuses."
@@ -415,6 +424,7 @@ def _extract(a) -> Path:
     print(f"cache: {path} ({len(samples)} samples, taps {taps})")
     return path
 
+# %% ../nbs/03a_extract.ipynb #2be62d96
 def extract_main(argv=None) -> None:
     "Entry point of `dflash-extract`: None (exit 0) on success; a bad input exits 1 with a one-line message."
     a = extract_parser().parse_args(argv)
@@ -464,6 +474,7 @@ def _import(a):
     for r in (check_legacy_last(c, target, a.check) if a.check else []):
         print(f"  {r['tap']!s:<24} rel_l2 {r['rel_l2']:.3g}")
 
+# %% ../nbs/03a_extract.ipynb #0365eb79
 def import_main(argv=None) -> None:
     "Entry point of `dflash-import`: None (exit 0) on success; a bad input exits 1 with a one-line message."
     a = import_parser().parse_args(argv)

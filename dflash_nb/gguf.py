@@ -76,6 +76,7 @@ def check_gguf_deps():
         raise ImportError(f"Reading a GGUF file with transformers needs {' and '.join(missing)}: "
                           "pip install 'dflash_nb[real]' (or pip install gguf accelerate).")
 
+# %% ../nbs/10a_real_target.ipynb #aa94f25c
 def check_gguf_file(path) -> Path:
     "`path` if it is a GGUF file (magic bytes b'GGUF'), else a clear error."
     p = Path(path)

@@ -31,6 +31,7 @@ def runs_on_cpu(device: str) -> bool:
     "Whether a run with `device` ('auto', 'cpu', 'cuda') trains on CPUs on this machine."
     return device == "cpu" or (device == "auto" and not torch.cuda.is_available())
 
+# %% ../nbs/05_launch.ipynb #1065dd0b
 def check_nproc(nproc: int, device: str = "auto", gpus: int | None = None) -> int:
     "`nproc` if that many ranks fit on `gpus` visible GPUs (default: torch's count) or on CPUs; else a ValueError."
     if nproc < 1: raise ValueError(f"nproc={nproc} must be >= 1.")
@@ -85,6 +86,7 @@ def failure_cause(lines: list[str]) -> str | None:
     found = [l for l in lines if _EXCEPTION.match(l) and "ChildFailedError" not in l]
     return found[-1] if found else None
 
+# %% ../nbs/05_launch.ipynb #62fec0d3
 class LaunchFailed(RuntimeError):
     "A launched run exited with an error; the message holds the cause and the log's last lines."
 
@@ -102,6 +104,7 @@ def error(self: Launch, n: int = 30) -> str | None:
             f"Last lines of its log (rank 0):\n" + "\n".join(self.tail(n))
             + f"\nRanks >= 1 log under {self.out_dir / 'logs'}.")
 
+# %% ../nbs/05_launch.ipynb #7c3fe448
 @patch
 def wait(self: Launch, timeout: float | None = None) -> int:
     "Wait for the run to end: its exit code, or `LaunchFailed`; `TimeoutError` (the run goes on) after `timeout` s."
@@ -124,6 +127,7 @@ def stop(self: Launch, grace: float = 30.0) -> int:
         except subprocess.TimeoutExpired: os.killpg(self.proc.pid, signal.SIGKILL)
     return self.wait()
 
+# %% ../nbs/05_launch.ipynb #7b1f399d
 @patch
 def metrics(self: Launch) -> list[dict]:
     "The run's metrics records so far; [] before its first logged step or while rank 0 is half-way through a line."
@@ -154,6 +158,7 @@ def _png(fig: Figure):
     fig.savefig(buf, format="png", dpi=80)
     return Image(buf.getvalue())
 
+# %% ../nbs/05_launch.ipynb #ee26d994
 def watch(run: Launch, every: float = 2.0, n: int = 15) -> int:
     "Show `run`'s last `n` log lines and its loss/τ̂ plot, refreshed every `every` s until it ends; its exit code."
     from IPython.display import Pretty, display

@@ -47,12 +47,14 @@ def rope_inv_freq(c: DFlashConfig) -> tuple[torch.Tensor, float]:
     inv, scale = init(hf, device=torch.device("cpu"))
     return inv.float(), float(scale)
 
+# %% ../nbs/01_model.ipynb #2993a923
 def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, scale: float = 1.0):
     "cos/sin tables [..., T, head_dim] for integer `positions` [..., T]."
     f = positions[..., None].float() * inv_freq.to(positions.device)
     emb = torch.cat([f, f], -1)
     return emb.cos() * scale, emb.sin() * scale
 
+# %% ../nbs/01_model.ipynb #9ea54594
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     "Rotate `x` [B, heads, T, D] by tables [B, T, D] (rotate-half convention)."
     x1, x2 = x.chunk(2, -1)
@@ -85,6 +87,7 @@ def dflash_mask_mod(anchors: torch.Tensor, ctx_len: int, block_size: int, window
         return (ctx_ok & (a + k - kv < window)) | (blk_ok & ((k - kj).abs() < window))
     return mod
 
+# %% ../nbs/01_model.ipynb #7095f0b5
 def dense_mask(mod, n: int, q_len: int, kv_len: int, device=None) -> torch.Tensor:
     "Evaluate `mod` on the full grid: a bool mask [n, 1, q_len, kv_len] for SDPA."
     b, q, kv = (torch.arange(s, device=device) for s in (n, q_len, kv_len))
@@ -97,6 +100,7 @@ def _flex_fn(device):
     from torch.nn.attention.flex_attention import flex_attention
     return torch.compile(flex_attention) if torch.device(device).type == "cuda" else flex_attention
 
+# %% ../nbs/01_model.ipynb #714a6ad6
 def _flex_inputs(q, k, v):
     if q.device.type == "cpu" and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
         raise ValueError("flex_attention has no backward on CPU: train on CPU with impl='blockwise' or 'sdpa' (flex is for CUDA).")
@@ -165,6 +169,7 @@ class FusedContext:
     cos: torch.Tensor
     sin: torch.Tensor
 
+# %% ../nbs/01_model.ipynb #fd82720d
 class DFlashDecoderLayer(nn.Module):
     "Pre-norm attention (with injected context) + SwiGLU MLP."
     def __init__(self, c: DFlashConfig):
@@ -221,12 +226,14 @@ def device(self: DFlashDraftModel) -> torch.device:
     "Where the drafter's own weights live (the borrowed embeddings and lm_head live with the target)."
     return self.fc.weight.device
 
+# %% ../nbs/01_model.ipynb #fd9b22e4
 @patch
 def rope(self: DFlashDraftModel, device) -> tuple[torch.Tensor, float]:
     "(inv_freq on `device`, cos/sin scale) of this drafter's RoPE."
     if self._rope is None: self._rope = rope_inv_freq(self.config)
     return self._rope[0].to(device), self._rope[1]
 
+# %% ../nbs/01_model.ipynb #fe0c819c
 @patch
 def fuse_context(self: DFlashDraftModel, taps: torch.Tensor) -> torch.Tensor:
     "`hidden_norm(fc(taps))` for taps [..., T, n_fc_taps*H] concatenated in ascending tap order."
@@ -243,6 +250,7 @@ class ContextCache:
     kv: list
     length: int = 0
 
+# %% ../nbs/01_model.ipynb #2c842a68
 @patch
 def fused_context(self: DFlashDraftModel, taps: torch.Tensor, start: int = 0) -> FusedContext:
     "The fused context of fc taps [N, T, n_fc*H] at positions `start`.., with its RoPE."
@@ -250,6 +258,7 @@ def fused_context(self: DFlashDraftModel, taps: torch.Tensor, start: int = 0) ->
     pos = torch.arange(start, start + h.shape[1], device=h.device).expand(h.shape[0], -1)
     return FusedContext(h, *rope_cos_sin(pos, *self.rope(h.device)))
 
+# %% ../nbs/01_model.ipynb #fdae5a56
 @patch
 def extend_context(self: DFlashDraftModel, taps: torch.Tensor, cache: ContextCache | None = None) -> ContextCache:
     "A cache holding `cache`'s context followed by fc taps [N, T, n_fc*H] at the next positions."
@@ -268,18 +277,21 @@ def block_ids(self: DFlashDraftModel, anchor_tokens: torch.Tensor) -> torch.Tens
     out[..., 0] = anchor_tokens
     return out
 
+# %% ../nbs/01_model.ipynb #3e56660b
 def _need_target(model):
     if model.embed_tokens is None or model.lm_head is None:
         raise ValueError("This drafter has no target embeddings or lm_head (it was loaded without target_model), so "
                          "it cannot draft: load it with DFlashDraftModel.from_pretrained(path, target_model=target.model) "
                          "or call drafter.attach_target(target.model).")
 
+# %% ../nbs/01_model.ipynb #16c1dceb
 @patch
 def embed_blocks(self: DFlashDraftModel, anchor_tokens: torch.Tensor) -> torch.Tensor:
     "The target's embeddings of the blocks at `anchor_tokens` [...], in the drafter's dtype: [..., block_size, H]."
     _need_target(self)
     return self.embed_tokens(self.block_ids(anchor_tokens)).to(self.fc.weight.dtype)
 
+# %% ../nbs/01_model.ipynb #05eca836
 @patch
 def logits(self: DFlashDraftModel, h: torch.Tensor) -> torch.Tensor:
     "The target's lm_head on drafter hidden states `h`, cast to the lm_head's dtype (the target is never cast)."
@@ -323,6 +335,7 @@ def train_hidden(self: DFlashDraftModel, input_ids: torch.Tensor, taps: torch.Te
     pos = (anchors[..., None] + torch.arange(B, device=anchors.device)).view(N, A * B)
     return self._run_layers(x, ctx, pos, anchors, T, impl).view(N, A, B, -1)
 
+# %% ../nbs/01_model.ipynb #fa8a0770
 @patch
 def forward(self: DFlashDraftModel, input_ids, taps, anchors, impl: str = "auto"):
     "Training logits [N, A, B, V] (see `train_hidden`)."
@@ -344,6 +357,7 @@ def _atomic_save(tensors: dict, path: Path, metadata: dict | None = None):
     tensors, metadata = {k: v.contiguous() for k, v in tensors.items()}, {"format": "pt", **(metadata or {})}
     atomic_write(path, lambda p: save_file(tensors, str(p), metadata=metadata))
 
+# %% ../nbs/01_model.ipynb #b8949243
 def _shards(sd: dict, max_shard_bytes: int | None) -> list[dict]:
     if not max_shard_bytes: return [sd]
     out, size = [{}], 0
@@ -413,6 +427,7 @@ def _check_keys(model: DFlashDraftModel, tensors: dict, path):
     bad = [f"{k}: {tuple(tensors[k].shape)} vs {want[k]}" for k in want if tuple(tensors[k].shape) != want[k]]
     if bad: raise ValueError(f"{path}: tensor shapes differ from config.json: {bad[:8]}.")
 
+# %% ../nbs/01_model.ipynb #9e74e30a
 def hub_drafter_config(raw: dict, fc_shape, target_model: nn.Module | None = None) -> DFlashConfig:
     "The config of a checkpoint with `config.json` dict `raw` and `fc.weight` of shape `fc_shape` [H, n·H]."
     H, width = fc_shape

@@ -19,6 +19,7 @@ def _fsync_dir(path: Path):
     try: os.fsync(fd)
     finally: os.close(fd)
 
+# %% ../nbs/00a_storage.ipynb #e318f207
 def atomic_write(path, write) -> Path:
     "Write `path` all-or-nothing: `write(tmp)` to a temp file beside it, fsync, `os.replace`, fsync the directory."
     path = Path(path)

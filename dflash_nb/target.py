@@ -38,6 +38,7 @@ def linear_attention_layers(model: nn.Module) -> list[nn.Module]:
     "The Gated DeltaNet (linear-attention) modules of `model`, in layer order."
     return [m for m in model.modules() if type(m).__name__.endswith("GatedDeltaNet")]
 
+# %% ../nbs/02_target.ipynb #8f08d9df
 def resolved_kernel(fn: Callable) -> Callable:
     "The function `fn` really calls: the `implementation` a transformers fallback wrapper closes over, else `fn`."
     impl = inspect.getclosurevars(fn).nonlocals.get("implementation") if hasattr(fn, "__wrapped__") else None
@@ -51,16 +52,19 @@ def torch_kernels(layer: nn.Module) -> dict[str, Callable]:
     mod = _modeling_module(layer)
     return {n: inspect.unwrap(getattr(mod, n)) for n in LINEAR_KERNEL_NAMES if hasattr(mod, n)}
 
+# %% ../nbs/02_target.ipynb #43282285
 def fla_kernels(layer: nn.Module) -> dict[str, Callable]:
     "transformers' kernel wrappers for `layer`, which dispatch to flash-linear-attention when it imports."
     mod = _modeling_module(layer)
     return {n: getattr(mod, n) for n in LINEAR_KERNEL_NAMES if hasattr(mod, n)}
 
+# %% ../nbs/02_target.ipynb #89b3c436
 def _importable(name: str) -> bool:
     try: importlib.import_module(name)
     except Exception: return False
     return True
 
+# %% ../nbs/02_target.ipynb #71e676ed
 def fla_missing() -> list[str]:
     "What the fla backend needs and this machine lacks (empty when fla can run)."
     needs = (("CUDA", lambda: torch.cuda.is_available()), ("triton", lambda: _importable("triton")),
@@ -77,6 +81,7 @@ def use_linear_kernels(layer: nn.Module, kernels: dict[str, Callable]) -> nn.Mod
     layer.forward = types.MethodType(f, layer)
     return layer
 
+# %% ../nbs/02_target.ipynb #39ea7c20
 def linear_kernels(layer: nn.Module) -> dict[str, Callable]:
     "The functions `layer`'s forward will call for each linear-attention kernel name."
     g = inspect.unwrap(layer.forward).__globals__
@@ -95,6 +100,7 @@ def resolve_backend(backend: str = "auto", device="cpu") -> str:
                            f"{', '.join(missing)}. Use backend='torch' (or 'auto').")
     return "torch" if backend == "torch" or missing else "fla"
 
+# %% ../nbs/02_target.ipynb #a23064de
 def set_linear_backend(model: nn.Module, backend: str = "auto") -> str:
     "Point every linear-attention layer of `model` at `backend`'s kernels; return the backend in use."
     layers, chosen = linear_attention_layers(model), resolve_backend(backend, next(model.parameters()).device)
@@ -154,6 +160,7 @@ def tiny_config(kind: str = "qwen3_5", num_layers: int = 8, hidden_size: int = 6
     return Qwen3_5TextConfig(**d, head_dim=hd, linear_key_head_dim=hd, linear_value_head_dim=hd,
                              linear_num_key_heads=2, linear_num_value_heads=4)
 
+# %% ../nbs/02_target.ipynb #dac37e8a
 def tiny_target(kind="qwen3_5", num_layers=8, hidden_size=64, vocab_size=256, seed=0) -> Target:
     "A random-weight `Target` of family `kind` for tests (no tokenizer)."
     cfg = tiny_config(kind, num_layers, hidden_size, vocab_size)
@@ -172,6 +179,7 @@ def as_dtype(dtype) -> torch.dtype:
     if name not in DTYPES: raise ValueError(f"dtype={dtype!r}: use 'auto' or one of {list(DTYPES)}.")
     return DTYPES[name]
 
+# %% ../nbs/02_target.ipynb #bde8dd68
 def checkpoint_dtype(path) -> torch.dtype:
     "The dtype the HF checkpoint in `path` records in its config.json (float32 if none)."
     raw = json.loads((Path(path) / "config.json").read_text())
@@ -187,6 +195,7 @@ def load_tokenizer(path: Path):
     if not any((Path(path) / f).exists() for f in TOKENIZER_FILES): return None
     return AutoTokenizer.from_pretrained(path, trust_remote_code=False, local_files_only=True)
 
+# %% ../nbs/02_target.ipynb #7933b7b4
 def load_target(path, backend="auto", dtype=torch.float32, device="cpu") -> Target:
     "Load the HF causal LM in `path` as a frozen `Target`; `dtype`: a torch dtype, its name, or 'auto' (as saved)."
     path = Path(path)

@@ -159,6 +159,7 @@ def _build_pair(d: Path, args: dict):
     ckpts = train_tiny_pair(d, cache, args["steps"], args["batch_size"])
     (d / "ckpts.json").write_text(json.dumps({f: p.relative_to(d).as_posix() for f, p in ckpts.items()}))
 
+# %% ../nbs/90_testing.ipynb #0e3f0ef8
 def trained_pair(n_prompts: int = 8, max_new_tokens: int = 24, steps: int = 40, batch_size: int = 4,
                  root=None) -> TrainedPair:
     "The tiny target, its cache of `n_prompts` responses and a fused/split pair trained `steps` steps: built once."

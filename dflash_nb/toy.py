@@ -33,6 +33,7 @@ def stdlib_root() -> Path: return Path(os.__file__).parent
 def _in_corpus(rel: Path) -> bool:
     return not (set(rel.parts[:-1]) & SKIP_DIRS) and not rel.parts[0].startswith(("test", "config-"))
 
+# %% ../nbs/02a_toy_target.ipynb #ed11eaa3
 def corpus_files(root: Path | None = None) -> list[Path]:
     "The standard library's `.py` files under `root` (default: this interpreter's), sorted, without tests."
     root = Path(root or stdlib_root())
@@ -44,12 +45,14 @@ def is_heldout(name: str, frac: float = 0.05) -> bool:
     "Whether file `name` is in the held-out split (a stable hash of the name)."
     return int(hashlib.sha256(name.encode()).hexdigest()[:8], 16) / 2**32 < frac
 
+# %% ../nbs/02a_toy_target.ipynb #223f58f2
 def read_corpus(root: Path | None = None, max_files: int | None = None) -> list[tuple[str, str]]:
     "`(relative path, source)` for the first `max_files` corpus files."
     root = Path(root or stdlib_root())
     return [(p.relative_to(root).as_posix(), p.read_text(encoding="utf-8", errors="replace"))
             for p in corpus_files(root)[:max_files]]
 
+# %% ../nbs/02a_toy_target.ipynb #4e1cb846
 def split_corpus(docs: list[tuple[str, str]], frac: float = 0.05) -> tuple[list, list]:
     "`docs` split into (train, held-out) by `is_heldout`."
     return [d for d in docs if not is_heldout(d[0], frac)], [d for d in docs if is_heldout(d[0], frac)]
@@ -77,6 +80,7 @@ def pack(token_lists: list[list[int]], seq_len: int, eos_id: int) -> torch.Tenso
     if n == 0: raise ValueError(f"Only {len(stream)} tokens: not enough for one row of seq_len={seq_len}.")
     return torch.tensor(stream[: n * seq_len]).view(n, seq_len)
 
+# %% ../nbs/02a_toy_target.ipynb #8adf83a9
 def encode_docs(tok, docs: list[tuple[str, str]], seq_len: int) -> torch.Tensor:
     "`docs` tokenized with `tok` and packed into rows of `seq_len`."
     return pack(tok([t for _, t in docs])["input_ids"], seq_len, tok.eos_token_id)
@@ -102,6 +106,7 @@ class ToyRecipe:
     max_eval_rows: int = 128
     seed: int = 0
 
+# %% ../nbs/02a_toy_target.ipynb #3b4d4bf6
 def toy_config(r: ToyRecipe, vocab_size: int, eos_token_id: int = 0, pad_token_id: int = 1) -> Qwen3_5TextConfig:
     "The Qwen3.5 hybrid config of recipe `r` (3 linear-attention layers, then 1 full attention, repeated)."
     return Qwen3_5TextConfig(vocab_size=vocab_size, hidden_size=r.hidden_size, intermediate_size=r.intermediate_size,
@@ -110,6 +115,7 @@ def toy_config(r: ToyRecipe, vocab_size: int, eos_token_id: int = 0, pad_token_i
         linear_num_value_heads=4, full_attention_interval=4, tie_word_embeddings=True, max_position_embeddings=4096,
         eos_token_id=eos_token_id, pad_token_id=pad_token_id)
 
+# %% ../nbs/02a_toy_target.ipynb #ac84e978
 def new_toy_model(r: ToyRecipe, tok) -> torch.nn.Module:
     "A freshly initialised toy model (weights from `r.seed`) on the torch linear-attention path, for CPU training."
     with torch.random.fork_rng(devices=[]):
@@ -125,6 +131,7 @@ def cosine_lr(step: int, r: ToyRecipe) -> float:
     p = (step - r.warmup) / max(1, r.steps - r.warmup)
     return r.lr * (r.min_lr_frac + (1 - r.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * p)))
 
+# %% ../nbs/02a_toy_target.ipynb #5d1ec96e
 def batches(rows: torch.Tensor, batch_size: int, seed: int):
     "Endless shuffled batches of `rows`, reshuffled every epoch from a generator seeded with `seed`."
     g = torch.Generator().manual_seed(seed)
@@ -140,6 +147,7 @@ def make_optimizer(model: torch.nn.Module, r: ToyRecipe) -> torch.optim.AdamW:
               {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=r.lr, betas=(0.9, 0.95))
 
+# %% ../nbs/02a_toy_target.ipynb #98871cb3
 def train_lm(model: torch.nn.Module, rows: torch.Tensor, r: ToyRecipe, log=None, log_every: int = 50) -> list[float]:
     "Train `model` on `rows` for `r.steps` steps; return the per-step losses."
     opt, data, losses = make_optimizer(model, r), batches(rows, r.batch_size, r.seed), []
@@ -170,6 +178,7 @@ def perplexity(model: torch.nn.Module, rows: torch.Tensor, batch_size: int = 8) 
         n += x[:, 1:].numel()
     return math.exp(nll / n)
 
+# %% ../nbs/02a_toy_target.ipynb #adf490ba
 def unigram_perplexity(train_rows: torch.Tensor, eval_rows: torch.Tensor, vocab_size: int) -> float:
     "Perplexity on `eval_rows` (positions 1:) of add-one smoothed unigram frequencies of `train_rows`."
     counts = torch.bincount(train_rows.flatten(), minlength=vocab_size).double() + 1
@@ -208,6 +217,7 @@ def repo_data_dir() -> Path:
     "The `data/` folder of the repo checkout this package runs from."
     return Path(dflash_nb.__file__).parent.parent / "data"
 
+# %% ../nbs/02a_toy_target.ipynb #e2109d6f
 def toy_target_path() -> Path:
     "Where the shipped toy target lives (`data/toy-target`); a clear error if it is missing."
     p = repo_data_dir() / "toy-target"
@@ -216,6 +226,7 @@ def toy_target_path() -> Path:
                                 f"rebuild it with dflash_nb.toy.build_toy_target({str(p)!r}).")
     return p
 
+# %% ../nbs/02a_toy_target.ipynb #a986b3cc
 def load_toy_target(backend: str = "auto") -> Target:
     "The shipped toy target as a frozen `Target` (see `load_target` for `backend`)."
     return load_target(toy_target_path(), backend=backend)
@@ -366,6 +377,7 @@ def write_jsonl(path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
+# %% ../nbs/02a_toy_target.ipynb #e774c143
 def load_prompts(split: str = "eval", data_dir: Path | None = None) -> list[dict]:
     "The `{'id', 'prompt'}` rows of `data/prompts/{split}.jsonl`."
     if split not in PROMPT_SPLITS: raise ValueError(f"Unknown prompt split {split!r}; use one of {PROMPT_SPLITS}.")

@@ -77,6 +77,7 @@ class TrainConfig:
 def _choice(name, value, options):
     if value not in options: raise ValueError(f"{name}={value!r} is not one of {options}.")
 
+# %% ../nbs/04a_train.ipynb #60f721b0
 KINDS = {"int": (int, "an integer"), "float": ((int, float), "a finite number"), "str": (str, "a string"),
          "bool": (bool, "true or false"), "dict": (dict, "a mapping")}
 
@@ -87,6 +88,7 @@ def _check_kind(name, value, kind: str):
     if not isinstance(value, types) or bad_bool or (kind == "float" and not math.isfinite(value)):
         raise ValueError(f"{name}={value!r} must be {what}.")
 
+# %% ../nbs/04a_train.ipynb #3e74ee8f
 @patch
 def validate(self: TrainConfig) -> TrainConfig:
     "Raise on inconsistent settings, naming the field and the fix."
@@ -102,6 +104,7 @@ def validate(self: TrainConfig) -> TrainConfig:
                          "or 'deepest_tap'.")
     return self
 
+# %% ../nbs/04a_train.ipynb #401b7cc8
 @patch(as_prop=True)
 def source(self: TrainConfig) -> str:
     "The resolved target source."
@@ -131,6 +134,7 @@ def valid_anchors(loss_mask: torch.Tensor) -> torch.Tensor:
     m = loss_mask.bool()
     return torch.nonzero(m[:-1] & m[1:]).flatten()
 
+# %% ../nbs/04a_train.ipynb #bebef116
 def sample_anchors(loss_mask: torch.Tensor, num_anchors: int, generator: torch.Generator) -> torch.Tensor:
     "Up to `num_anchors` sorted valid anchor positions, sampled without replacement."
     cand = valid_anchors(loss_mask)
@@ -149,6 +153,7 @@ class Batch:
     anchor_ok: torch.Tensor      # [N, A] bool, False on padding
     target_states: torch.Tensor | None = None  # [N, T, H] states that make loss targets (never the fc input)
 
+# %% ../nbs/04a_train.ipynb #40317b40
 def _pad(ts: list, T: int) -> torch.Tensor:
     return torch.stack([F.pad(t, (0, 0) * (t.dim() - 1) + (0, T - t.shape[0])) for t in ts])
 
@@ -179,6 +184,7 @@ def slot_positions(b: Batch, block_size: int):
     supervised = b.loss_mask.gather(1, clamped.view(N, -1)).view_as(pos).bool()
     return clamped, (pos < T) & supervised & b.anchor_ok[..., None]
 
+# %% ../nbs/04a_train.ipynb #9937ab77
 def target_logits(states: torch.Tensor, pos: torch.Tensor, norm: nn.Module, lm_head: nn.Module) -> torch.Tensor:
     "The target's logits [N, A, B-1, V] predicting positions `pos`, from `states` [N, T, H] at `pos - 1`."
     N = states.shape[0]
@@ -190,6 +196,7 @@ def position_weights(block_size: int, gamma: float) -> torch.Tensor:
     "exp(-(k-1)/gamma) for slots k = 1..B-1."
     return torch.exp(-(torch.arange(1, block_size) - 1) / gamma)
 
+# %% ../nbs/04a_train.ipynb #2a713db8
 def prefix_correct(correct: torch.Tensor) -> torch.Tensor:
     "For each slot, whether every slot before it (from slot 1) is correct; True for slot 1."
     return F.pad(correct.int().cumprod(-1)[..., :-1], (1, 0), value=1).bool()
@@ -214,6 +221,7 @@ def acceptance_counts(correct: torch.Tensor, supervised: torch.Tensor) -> torch.
     before = prefix_correct(correct) & supervised
     return torch.stack([supervised.sum((0, 1)), (run & supervised).sum((0, 1)), before.sum((0, 1))]).double()
 
+# %% ../nbs/04a_train.ipynb #3acc90ad
 def acceptance_metrics(counts: torch.Tensor) -> dict:
     "Conditional and cumulative per-position accuracy and τ̂ from `acceptance_counts` (summed over batches/ranks)."
     n, run, before = counts
@@ -226,6 +234,7 @@ def noise_level(step: int, total: int, std: float, schedule: str = "constant") -
     t = min(step / max(total, 1), 1.0)
     return std * {"constant": 1.0, "linear": 1 - t, "cosine": 0.5 * (1 + math.cos(math.pi * t))}[schedule]
 
+# %% ../nbs/04a_train.ipynb #2adc7238
 def noisy_fc_input(fc_taps: torch.Tensor, level: float, hidden_size: int, generator: torch.Generator) -> torch.Tensor:
     "`fc_taps` plus Gaussian noise of `level` × each tap's per-token RMS (a new tensor)."
     if level == 0: return fc_taps
@@ -250,6 +259,7 @@ def resolve_device(device: str = "auto", local_rank: int = 0) -> torch.device:
         raise RuntimeError("device='cuda' but torch sees no CUDA GPU: use device='cpu' (or 'auto').")
     return torch.device("cuda", local_rank)
 
+# %% ../nbs/04a_train.ipynb #83ac0722
 def init_distributed(device: torch.device) -> tuple[int, int]:
     "(rank, world_size); starts the process group under torchrun (NCCL on CUDA, gloo on CPU)."
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -277,6 +287,7 @@ def _spare_specials(tok) -> list[tuple[int, str]]:
     spare = lambda i, t: t.special and i not in busy and str(t) not in template
     return [(i, str(t)) for i, t in sorted(tok.added_tokens_decoder.items()) if spare(i, t)]
 
+# %% ../nbs/04a_train.ipynb #d0999204
 def mask_token_hint(target) -> str:
     "Why the drafter has no mask token, which ids could be one, and the field to set."
     tok, V = target.tokenizer, target.vocab_size
@@ -297,6 +308,7 @@ def _mask_token_id(target) -> int | None:
     i = tok.convert_tokens_to_ids("<|mask|>")
     return i if isinstance(i, int) and i != tok.unk_token_id else None
 
+# %% ../nbs/04a_train.ipynb #35dc3939
 def drafter_config_for(cfg: TrainConfig, target, data) -> DFlashConfig:
     "The drafter's `DFlashConfig`: target-fixed fields, target-shaped defaults, then `cfg.drafter`."
     tc = target.model.config.get_text_config()
@@ -318,6 +330,7 @@ def loss_targets(b: Batch, dc: DFlashConfig, norm: nn.Module, lm_head: nn.Module
     soft = target_logits(b.target_states, pos, norm, lm_head)
     return soft.argmax(-1), soft, sup
 
+# %% ../nbs/04a_train.ipynb #b769ebcd
 def step_loss(model, b: Batch, dc: DFlashConfig, cfg: TrainConfig, head: tuple, noise: tuple | None = None) -> dict:
     "Loss and bookkeeping for one micro-batch; the noise, `(level, generator)`, touches only the fc input."
     labels, soft, sup = loss_targets(b, dc, *head)
@@ -343,6 +356,7 @@ class BatchPlan:
         if self._epoch[0] != e: self._epoch = (e, self._make(e))
         return self._epoch[1][i % self.per_epoch]
 
+# %% ../nbs/04a_train.ipynb #e1f7d8e0
 def step_generator(seed: int, step: int, micro: int, rank: int) -> torch.Generator:
     "A generator determined by the run's seed and the position in it."
     return torch.Generator().manual_seed(((seed * 1_000_003 + step) * 1009 + micro) * 131 + rank)
@@ -353,6 +367,7 @@ def online_taps(cfg: TrainConfig, target, init: DFlashConfig | None = None) -> l
     if init is not None: return list(init.target_layer_ids)
     return list(cfg.drafter.get("target_layer_ids") or default_target_layer_ids(target.num_layers))
 
+# %% ../nbs/04a_train.ipynb #f9136004
 def online_data(cfg: TrainConfig, target, tap_ids, rank: int = 0, world: int = 1) -> OnlineHiddenStates:
     "Online mode's data: the target's responses to `cfg.prompts` (made once by rank 0), hidden states computed as read."
     out, prompts = check_output_dir(cfg.out_dir), read_prompt_file(cfg.prompts)
@@ -457,6 +472,7 @@ def describe(self: Trainer) -> str:
 def _to(b: Batch, device) -> Batch:
     return Batch(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in vars(b).items()})
 
+# %% ../nbs/04a_train.ipynb #179bc207
 @patch(as_prop=True)
 def noise(self: Trainer) -> float:
     "The fc-input noise level at the current step."
@@ -481,6 +497,7 @@ def _all_sum(t: torch.Tensor) -> torch.Tensor:
     if dist.is_initialized(): dist.all_reduce(t)
     return t
 
+# %% ../nbs/04a_train.ipynb #d303ec30
 def _value(t: torch.Tensor) -> float:
     "A scalar tensor's value; FSDP's grad norm is a replicated DTensor."
     return (t.full_tensor() if hasattr(t, "full_tensor") else t).item()
@@ -513,6 +530,7 @@ def _gather(obj, world: int) -> list:
     else: out[0] = obj
     return out
 
+# %% ../nbs/04a_train.ipynb #0fd017ca
 @patch
 def save(self: Trainer) -> None:
     "Checkpoint the current step: rank 0 writes the whole weights and optimizer state, all ranks' RNGs and digests."
@@ -529,6 +547,7 @@ def save(self: Trainer) -> None:
 @patch
 def _due(self: Trainer, every: int) -> bool: return self.step % every == 0 or self.step == self.total
 
+# %% ../nbs/04a_train.ipynb #5f5a80c0
 @patch
 def log(self: Trainer, rec: dict) -> None:
     "Append `rec` to `out_dir/metrics.jsonl`."
@@ -579,6 +598,7 @@ def check_keys(d: dict, valid, where: str):
     raise ValueError(f"Unknown key{'s' if len(bad) > 1 else ''} in {where}: {', '.join(hints)}. "
                      f"Valid keys: {sorted(valid)}.")
 
+# %% ../nbs/04a_train.ipynb #0be221f8
 DRAFTER_KEYS = {f.name for f in fields(DFlashConfig)} - {"hidden_size", "vocab_size", "num_target_layers"}
 
 def load_train_config(path, **overrides) -> TrainConfig:
@@ -607,6 +627,7 @@ def train_parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", help="override device (auto, cpu, cuda)")
     return ap
 
+# %% ../nbs/04a_train.ipynb #da72e5c5
 def train_main(argv=None) -> None:
     "Entry point of `dflash-train`: None (exit status 0) after training; a bad config or failed run raises (status 1)."
     a = train_parser().parse_args(argv)

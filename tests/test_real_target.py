@@ -55,7 +55,7 @@ def test_conversion_keeps_the_gguf_models_logits(target):
 def test_pipeline_extract_train_offline_online_lossless(target, tmp_path):
     from dflash_nb.config import default_target_layer_ids
     from dflash_nb.decode import greedy_generate, speculative_generate
-    from dflash_nb.eval import offline_tau
+    from dflash_nb.evaluate import offline_tau
     from dflash_nb.cache import HiddenStateCache, check_compatible
     from dflash_nb.extract import cached_responses, eos_token_ids, extract_to_cache
     from dflash_nb.model import DFlashDraftModel

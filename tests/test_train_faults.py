@@ -9,16 +9,17 @@ Nothing here assumes a speed: every wait polls a condition under a generous dead
 the child's log; a kill that comes late (a busy machine) still lands before the run can finish (see `HOLD_AT` in
 `CHILD`).
 """
-from dflash_nb.cache import CacheLayout
 import json, os, random, signal, subprocess, sys, textwrap, time
 from dataclasses import asdict
 from pathlib import Path
 import pytest, torch, yaml
+from dflash_nb.cache import CacheLayout
 from dflash_nb.extract import extract_to_cache
 from dflash_nb.model import DFlashDraftModel
 from dflash_nb.target import tiny_target
 from dflash_nb.train import TrainConfig, read_metrics
 from dflash_nb.checkpoint import latest_checkpoint, weight_digest
+from dflash_nb.testing import tiny_drafter
 
 STEPS, SAVE_EVERY = 16, 2   # a step takes ~6 ms and a checkpoint ~5 ms here; starting the process ~3 s
 ENV = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -41,8 +42,7 @@ def fixture_dir(tmp_path_factory):
 def run_config(fx: Path, out_dir: Path) -> Path:
     "Write the run's YAML (all TrainConfig fields, as `write_run_config` does) and return its path."
     cfg = TrainConfig(target=str(fx / "target"), cache=str(fx / "cache"), out_dir=str(out_dir),
-                      drafter=dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                                   intermediate_size=64, block_size=4, mask_token_id=95),
+                      drafter=tiny_drafter(),
                       num_anchors=8, batch_size=2, lr=3e-3, warmup=0.1, steps=STEPS, log_every=1, save_every=SAVE_EVERY,
                       device="cpu", progress=False)
     path = out_dir.parent / f"{out_dir.name}.yaml"
