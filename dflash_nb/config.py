@@ -1,4 +1,4 @@
-"""`DFlashConfig`: the drafter's dimensions, its block, its taps into the target, and the fusion layout, validated and written in the public hub format.
+"""`DFlashConfig`: the drafter's dimensions, block, target taps and fusion layout; validated, written in the hub format.
 
 Docs: https://dflash-nb.github.io/dflash_nb/config.html.md"""
 
@@ -33,7 +33,8 @@ def hidden_state_index(layer_id: int, convention: str = TAP_CONVENTION) -> int:
 def default_target_layer_ids(num_target_layers: int, n_taps: int = 5) -> list[int]:
     "Evenly spaced tap ids from 1 to `num_target_layers - 3` (the middle layer for one tap), as the reference code."
     if n_taps < 1 or num_target_layers < 4:
-        raise ValueError(f"Need n_taps >= 1 and a target of at least 4 layers, got {n_taps} taps of {num_target_layers}.")
+        raise ValueError(f"Need n_taps >= 1 and a target of at least 4 layers, "
+                         f"got {n_taps} taps of {num_target_layers}.")
     if n_taps == 1: return [num_target_layers // 2]
     return [int(round(1 + i * (num_target_layers - 4) / (n_taps - 1))) for i in range(n_taps)]
 
@@ -88,12 +89,15 @@ def _is_int(v) -> bool: return isinstance(v, int) and not isinstance(v, bool)
 def _check_taps(c: DFlashConfig):
     ids, L = c.target_layer_ids, c.num_target_layers
     if not ids: raise ValueError("target_layer_ids is empty: give at least one target layer id.")
-    if not all(map(_is_int, ids)): raise ValueError(f"target_layer_ids {ids} must be integers (target decoder layer ids).")
+    if not all(map(_is_int, ids)):
+        raise ValueError(f"target_layer_ids {ids} must be integers (target decoder layer ids).")
     bad = [i for i in ids if not 0 <= i < L]
-    if bad: raise ValueError(f"target_layer_ids {bad} are outside the target's layers 0..{L-1} "
-                             f"(num_target_layers={L}); use ids below {L}, e.g. {default_target_layer_ids(L, len(ids))}.")
+    if bad:
+        raise ValueError(f"target_layer_ids {bad} are outside the target's layers 0..{L-1} "
+                         f"(num_target_layers={L}); use ids below {L}, e.g. {default_target_layer_ids(L, len(ids))}.")
     if len(set(ids)) != len(ids): raise ValueError(f"target_layer_ids {ids} has duplicates; list each tap once.")
-    if ids != sorted(ids): raise ValueError(f"target_layer_ids {ids} is not sorted; list taps in ascending order: {sorted(ids)}.")
+    if ids != sorted(ids):
+        raise ValueError(f"target_layer_ids {ids} is not sorted; list taps in ascending order: {sorted(ids)}.")
     if c.fusion == "split" and len(ids) < 2:
         raise ValueError("The split layout needs at least 2 taps (fc taps + the deepest loss-only tap).")
 
@@ -103,14 +107,18 @@ POSITIVE_DIMS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num
 
 def _check_dims(c: DFlashConfig):
     for k in POSITIVE_DIMS:
-        if not _is_int(getattr(c, k)) or getattr(c, k) < 1: raise ValueError(f"{k}={getattr(c, k)!r} must be an integer >= 1.")
+        if not _is_int(getattr(c, k)) or getattr(c, k) < 1:
+            raise ValueError(f"{k}={getattr(c, k)!r} must be an integer >= 1.")
     if not _is_int(c.mask_token_id): raise ValueError(f"mask_token_id={c.mask_token_id!r} must be an integer token id.")
-    if c.block_size < 2: raise ValueError(f"block_size={c.block_size}: a block needs the anchor plus at least one draft slot (>= 2).")
+    if c.block_size < 2:
+        raise ValueError(f"block_size={c.block_size}: a block needs the anchor plus at least one draft slot (>= 2).")
     if not 0 <= c.mask_token_id < c.vocab_size:
-        raise ValueError(f"mask_token_id={c.mask_token_id} is outside the vocabulary 0..{c.vocab_size-1}; use a reserved id of the target's tokenizer.")
+        raise ValueError(f"mask_token_id={c.mask_token_id} is outside the vocabulary 0..{c.vocab_size-1}; "
+                         "use a reserved id of the target's tokenizer.")
     if c.head_dim % 2: raise ValueError(f"head_dim={c.head_dim} must be even: RoPE rotates pairs of dimensions.")
     if c.num_attention_heads % c.num_key_value_heads:
-        raise ValueError(f"num_attention_heads={c.num_attention_heads} is not a multiple of num_key_value_heads={c.num_key_value_heads}.")
+        raise ValueError(f"num_attention_heads={c.num_attention_heads} is not a multiple of "
+                         f"num_key_value_heads={c.num_key_value_heads}.")
     if c.tap_convention not in TAP_CONVENTIONS:
         raise ValueError(f"Unknown tap convention {c.tap_convention!r}; expected one of {sorted(TAP_CONVENTIONS)}.")
     if c.fusion not in FUSIONS: raise ValueError(f"Unknown fusion layout {c.fusion!r}; use one of {FUSIONS}.")
@@ -123,7 +131,8 @@ def _check_layers(c: DFlashConfig):
     bad = sorted(set(c.layer_types) - set(LAYER_TYPES))
     if bad: raise ValueError(f"Unknown layer types {bad}; use {LAYER_TYPES}.")
     if c.sliding_window is not None and not (_is_int(c.sliding_window) and c.sliding_window >= 1):
-        raise ValueError(f"sliding_window={c.sliding_window!r} must be an integer >= 1 (e.g. 2048), or None for no window.")
+        raise ValueError(f"sliding_window={c.sliding_window!r} must be an integer >= 1 (e.g. 2048), "
+                         "or None for no window.")
     if len(c.block_causal) != n or not all(isinstance(b, bool) for b in c.block_causal):
         raise ValueError(f"block_causal={c.block_causal!r} needs one true/false per layer ({n} layers).")
 
@@ -137,9 +146,11 @@ def _check_rope(c: DFlashConfig):
     kind = p.get("rope_type", "default")
     if kind not in ROPE_TYPES:
         raise ValueError(f"RoPE type {kind!r} (rope_parameters) is not implemented: use one of {ROPE_TYPES}. "
-                         "dynamic/longrope change frequencies with the sequence length, which a cached context cannot follow.")
+                         "dynamic/longrope change frequencies with the sequence length, "
+                         "which a cached context cannot follow.")
     if p.get("partial_rotary_factor", 1.0) != 1.0:
-        raise ValueError(f"partial_rotary_factor={p['partial_rotary_factor']} is not implemented: Qwen3 attention rotates every dim.")
+        raise ValueError(f"partial_rotary_factor={p['partial_rotary_factor']} is not implemented: "
+                         "Qwen3 attention rotates every dim.")
 
 # %% ../nbs/00_config.ipynb #288c52be
 @patch
@@ -197,22 +208,27 @@ def with_attention(self: DFlashConfig, mode: str = "config") -> DFlashConfig:
     raise ValueError(f"Unknown attention mode {mode!r}; use one of {ATTENTION_MODES}.")
 
 # %% ../nbs/00_config.ipynb #25de76af
-HONOURED = ("hidden_size num_hidden_layers num_attention_heads num_key_value_heads head_dim intermediate_size vocab_size "
-            "rms_norm_eps max_position_embeddings block_size num_target_layers mask_token_id target_layer_ids rope_theta "
-            "rope_parameters rope_scaling layer_types sliding_window use_sliding_window max_window_layers is_causal "
-            "dflash_config").split()
+HONOURED = ("hidden_size num_hidden_layers num_attention_heads num_key_value_heads head_dim intermediate_size "
+            "vocab_size rms_norm_eps max_position_embeddings block_size num_target_layers mask_token_id "
+            "target_layer_ids rope_theta rope_parameters rope_scaling layer_types sliding_window use_sliding_window "
+            "max_window_layers is_causal dflash_config").split()
 DFLASH_HONOURED = ("mask_token_id target_layer_ids block_size fusion tap_convention causal is_causal block_causal "
                    "use_swa swa_window_size").split()
 CHECKED = {"architectures": (["DFlashDraftModel"],), "model_type": ("qwen3", "llama"), "hidden_act": ("silu",),
            "attention_bias": (False,), "attention_dropout": (0, 0.0)}
-DFLASH_CHECKED = {"output_multiplier": (1, 1.0), "final_logit_softcapping": (None, 0, 0.0), "input_embedding_scale": (1, 1.0)}
+DFLASH_CHECKED = {"output_multiplier": (1, 1.0), "final_logit_softcapping": (None, 0, 0.0),
+                  "input_embedding_scale": (1, 1.0)}
 
 # %% ../nbs/00_config.ipynb #6d6e70d0
 IGNORED = {"_name_or_path": "provenance", "transformers_version": "provenance",
-           "dtype": "storage dtype: the weights' own dtype is used", "torch_dtype": "storage dtype: the weights' own dtype is used",
-           "bos_token_id": "generation uses the target's tokenizer", "eos_token_id": "generation uses the target's tokenizer",
-           "pad_token_id": "generation uses the target's tokenizer", "initializer_range": "initialisation only; loaded weights replace it",
-           "use_cache": "a serving switch", "tie_word_embeddings": "the drafter has no embeddings or lm_head of its own",
+           "dtype": "storage dtype: the weights' own dtype is used",
+           "torch_dtype": "storage dtype: the weights' own dtype is used",
+           "bos_token_id": "generation uses the target's tokenizer",
+           "eos_token_id": "generation uses the target's tokenizer",
+           "pad_token_id": "generation uses the target's tokenizer",
+           "initializer_range": "initialisation only; loaded weights replace it",
+           "use_cache": "a serving switch",
+           "tie_word_embeddings": "the drafter has no embeddings or lm_head of its own",
            "auto_map": "remote code: never imported or run"}
 REFUSED = {"speculators_model_type": "a speculators-format config; export the drafter in the hub layout (config.json "
                                      "with dflash_config)",
@@ -270,7 +286,8 @@ def to_hub_dict(self: DFlashConfig) -> dict:
 # %% ../nbs/00_config.ipynb #048d8988
 _QWEN3_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
                "intermediate_size", "vocab_size", "rms_norm_eps", "max_position_embeddings", "rope_theta",
-               "rope_parameters", "rope_scaling", "layer_types", "sliding_window", "use_sliding_window", "max_window_layers")
+               "rope_parameters", "rope_scaling", "layer_types", "sliding_window", "use_sliding_window",
+               "max_window_layers")
 
 def _qwen3_view(d: dict) -> Qwen3Config:
     "transformers' reading of the Qwen3 fields of `d` (RoPE normalised, window rules applied)."
@@ -296,10 +313,12 @@ def _causal_spellings(d: dict, dc: dict) -> set:
 def _attention(d: dict, dc: dict, hf: Qwen3Config) -> dict:
     "layer_types, sliding_window and block_causal as the config's dialect means them."
     n, said = hf.num_hidden_layers, _causal_spellings(d, dc)
-    if len({bool(v) for _, v in said}) > 1: raise ValueError(f"config.json contradicts itself on causality: {sorted(said)}.")
+    if len({bool(v) for _, v in said}) > 1:
+        raise ValueError(f"config.json contradicts itself on causality: {sorted(said)}.")
     if dc.get("use_swa"):
         if not dc.get("swa_window_size"): raise ValueError("dflash_config.use_swa needs dflash_config.swa_window_size.")
-        return dict(layer_types=["sliding_attention"] * n, sliding_window=int(dc["swa_window_size"]), block_causal=[False] * n)
+        return dict(layer_types=["sliding_attention"] * n, sliding_window=int(dc["swa_window_size"]),
+                    block_causal=[False] * n)
     types = list(hf.layer_types)
     causal = dc.get("block_causal") or ([bool(next(iter(said))[1])] * n if said else None)
     return dict(layer_types=types, sliding_window=hf.sliding_window, block_causal=causal)
@@ -325,7 +344,7 @@ def _tap_ids(d: dict, dc: dict, L: int, n_fc_taps: int | None) -> list[int]:
 @patch(cls_method=True)
 def from_hub_dict(cls: DFlashConfig, d: dict, fusion: str | None = None, n_fc_taps: int | None = None,
                   num_target_layers: int | None = None) -> DFlashConfig:
-    "A config from a hub `config.json` dict. `fusion`/`n_fc_taps` come from the weights, `num_target_layers` from a target."
+    "A config from a hub `config.json` dict; `fusion`/`n_fc_taps` from the weights, `num_target_layers` from a target."
     check_hub_fields(d)
     dc, hf = d.get("dflash_config") or {}, _qwen3_view(d)
     recorded = dc.get("fusion")

@@ -1,4 +1,4 @@
-"""`DFlashDraftModel`: target taps fused by `fc` + RMSNorm and injected as extra K/V into every layer; one block drafted per forward; a training path that runs many anchors in one call; hub-format checkpoints.
+"""`DFlashDraftModel`: fused target taps as K/V per layer; one block per forward; many-anchor training; hub checkpoints.
 
 Docs: https://dflash-nb.github.io/dflash_nb/model.html.md"""
 
@@ -103,7 +103,8 @@ def _flex_fn(device):
 # %% ../nbs/01_model.ipynb #714a6ad6
 def _flex_inputs(q, k, v):
     if q.device.type == "cpu" and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
-        raise ValueError("flex_attention has no backward on CPU: train on CPU with impl='blockwise' or 'sdpa' (flex is for CUDA).")
+        raise ValueError("flex_attention has no backward on CPU: train on CPU with impl='blockwise' or 'sdpa' "
+                         "(flex is for CUDA).")
     return q, k, v
 
 # %% ../nbs/01_model.ipynb #e4e09e25
@@ -144,7 +145,8 @@ class DFlashAttention(nn.Module):
     "Block queries over [context K/V, block K/V]; GQA; q/k RMSNorm per head; RoPE."
     def __init__(self, c: DFlashConfig):
         super().__init__()
-        H, hd, self.nh, self.nkv, self.hd = c.hidden_size, c.head_dim, c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        H, hd = c.hidden_size, c.head_dim
+        self.nh, self.nkv, self.hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
         self.q_proj, self.o_proj = nn.Linear(H, self.nh * hd, bias=False), nn.Linear(self.nh * hd, H, bias=False)
         self.k_proj, self.v_proj = nn.Linear(H, self.nkv * hd, bias=False), nn.Linear(H, self.nkv * hd, bias=False)
         self.q_norm, self.k_norm = RMSNorm(hd, c.rms_norm_eps), RMSNorm(hd, c.rms_norm_eps)
@@ -153,7 +155,8 @@ class DFlashAttention(nn.Module):
 
     def project_kv(self, x, cos, sin):
         "Keys (normed, rotated) and values [N, kv_heads, T, head_dim] of hidden states `x` [N, T, H]."
-        return apply_rope(self.k_norm(self._heads(self.k_proj(x), self.nkv)), cos, sin), self._heads(self.v_proj(x), self.nkv)
+        k = apply_rope(self.k_norm(self._heads(self.k_proj(x), self.nkv)), cos, sin)
+        return k, self._heads(self.v_proj(x), self.nkv)
 
     def forward(self, x, ctx_kv, cos, sin, attend):
         q = apply_rope(self.q_norm(self._heads(self.q_proj(x), self.nh)), cos, sin)
@@ -174,7 +177,8 @@ class DFlashDecoderLayer(nn.Module):
     "Pre-norm attention (with injected context) + SwiGLU MLP."
     def __init__(self, c: DFlashConfig):
         super().__init__()
-        self.input_layernorm, self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps), RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.self_attn, self.mlp = DFlashAttention(c), SwiGLU(c.hidden_size, c.intermediate_size)
     def forward(self, x, ctx, cos, sin, attend):
         "`ctx`: this layer's context (keys, values), or a `FusedContext` to project them from."
@@ -187,7 +191,8 @@ SHARED_PREFIXES = ("embed_tokens.", "lm_head.")
 
 class DFlashDraftModel(nn.Module):
     "A DFlash block drafter over a target's tapped hidden states."
-    def __init__(self, config: DFlashConfig, embed_tokens: nn.Embedding | None = None, lm_head: nn.Linear | None = None):
+    def __init__(self, config: DFlashConfig, embed_tokens: nn.Embedding | None = None,
+                 lm_head: nn.Linear | None = None):
         super().__init__()
         c = self.config = config
         self.fc = nn.Linear(c.fc_in_features, c.hidden_size, bias=False)
@@ -239,8 +244,9 @@ def fuse_context(self: DFlashDraftModel, taps: torch.Tensor) -> torch.Tensor:
     "`hidden_norm(fc(taps))` for taps [..., T, n_fc_taps*H] concatenated in ascending tap order."
     c = self.config
     if taps.shape[-1] != c.fc_in_features:
-        raise ValueError(f"taps have width {taps.shape[-1]} but this {c.fusion} drafter's fc reads taps {c.fc_layer_ids} "
-                         f"= {len(c.fc_layer_ids)} x {c.hidden_size} = {c.fc_in_features}; select those taps (cache.taps_for).")
+        raise ValueError(f"taps have width {taps.shape[-1]} but this {c.fusion} drafter's fc reads "
+                         f"taps {c.fc_layer_ids} = {len(c.fc_layer_ids)} x {c.hidden_size} = {c.fc_in_features}; "
+                         "select those taps (cache.taps_for).")
     return self.hidden_norm(self.fc(taps.to(self.fc.weight.dtype)))
 
 # %% ../nbs/01_model.ipynb #205c85f2
@@ -273,7 +279,8 @@ def extend_context(self: DFlashDraftModel, taps: torch.Tensor, cache: ContextCac
 def block_ids(self: DFlashDraftModel, anchor_tokens: torch.Tensor) -> torch.Tensor:
     "Blocks `[anchor, MASK, ...]` [..., block_size] for anchor tokens [...]."
     c = self.config
-    out = torch.full((*anchor_tokens.shape, c.block_size), c.mask_token_id, dtype=torch.long, device=anchor_tokens.device)
+    out = torch.full((*anchor_tokens.shape, c.block_size), c.mask_token_id, dtype=torch.long,
+                     device=anchor_tokens.device)
     out[..., 0] = anchor_tokens
     return out
 
@@ -281,7 +288,8 @@ def block_ids(self: DFlashDraftModel, anchor_tokens: torch.Tensor) -> torch.Tens
 def _need_target(model):
     if model.embed_tokens is None or model.lm_head is None:
         raise ValueError("This drafter has no target embeddings or lm_head (it was loaded without target_model), so "
-                         "it cannot draft: load it with DFlashDraftModel.from_pretrained(path, target_model=target.model) "
+                         "it cannot draft: load it with "
+                         "DFlashDraftModel.from_pretrained(path, target_model=target.model) "
                          "or call drafter.attach_target(target.model).")
 
 # %% ../nbs/01_model.ipynb #16c1dceb
@@ -303,7 +311,8 @@ def logits(self: DFlashDraftModel, h: torch.Tensor) -> torch.Tensor:
 def _run_layers(self: DFlashDraftModel, x, ctx: list, pos, anchors, ctx_len: int, impl: str):
     c = self.config
     if pos.numel() and int(pos.max()) >= c.max_position_embeddings:
-        raise ValueError(f"Block positions reach {int(pos.max())}, beyond max_position_embeddings={c.max_position_embeddings}: "
+        raise ValueError(f"Block positions reach {int(pos.max())}, "
+                         f"beyond max_position_embeddings={c.max_position_embeddings}: "
                          "truncate the sequences (TrainConfig.max_len) or use a drafter made for longer contexts.")
     cos, sin = rope_cos_sin(pos, *self.rope(x.device))
     n, q_len, kinds = *x.shape[:2], c.layer_attention
@@ -314,7 +323,8 @@ def _run_layers(self: DFlashDraftModel, x, ctx: list, pos, anchors, ctx_len: int
 
 # %% ../nbs/01_model.ipynb #302f97d9
 @patch
-def draft_logits(self: DFlashDraftModel, anchor_tokens: torch.Tensor, cache: ContextCache, impl: str = "auto") -> torch.Tensor:
+def draft_logits(self: DFlashDraftModel, anchor_tokens: torch.Tensor, cache: ContextCache,
+                 impl: str = "auto") -> torch.Tensor:
     "Logits [N, block_size, V] of one block per row, anchored at position `cache.length` with tokens [N]."
     B, p = self.config.block_size, cache.length
     x = self.embed_blocks(anchor_tokens)
@@ -324,11 +334,13 @@ def draft_logits(self: DFlashDraftModel, anchor_tokens: torch.Tensor, cache: Con
 
 # %% ../nbs/01_model.ipynb #320b37c9
 @patch
-def train_hidden(self: DFlashDraftModel, input_ids: torch.Tensor, taps: torch.Tensor, anchors: torch.Tensor, impl: str = "auto"):
-    "Final-normed hidden states [N, A, B, H] for blocks at `anchors` [N, A] of `input_ids` [N, T] with fc taps [N, T, n_fc*H]."
+def train_hidden(self: DFlashDraftModel, input_ids: torch.Tensor, taps: torch.Tensor, anchors: torch.Tensor,
+                 impl: str = "auto"):
+    "Final-normed hidden states [N, A, B, H] for blocks at `anchors` [N, A] of `input_ids` [N, T]; taps [N, T, n_fc*H]."
     N, T = input_ids.shape
     if anchors.numel() and not (0 <= int(anchors.min()) and int(anchors.max()) < T):
-        raise ValueError(f"anchors must lie in 0..{T-1} (the sequence length is {T}); got {anchors.min().item()}..{anchors.max().item()}.")
+        raise ValueError(f"anchors must lie in 0..{T-1} (the sequence length is {T}); "
+                         f"got {anchors.min().item()}..{anchors.max().item()}.")
     A, B = anchors.shape[1], self.config.block_size
     ctx = [self.fused_context(taps)] * len(self.layers)   # each layer projects its K/V inside its own forward
     x = self.embed_blocks(input_ids.gather(1, anchors)).view(N, A * B, -1)
@@ -344,8 +356,9 @@ def forward(self: DFlashDraftModel, input_ids, taps, anchors, impl: str = "auto"
 # %% ../nbs/01_model.ipynb #3943816d
 def per_anchor_logits(model: DFlashDraftModel, input_ids, taps, anchors, impl: str = "auto") -> torch.Tensor:
     "Reference: the inference path run separately for each anchor [N, A] -> [N, A, B, V]."
-    return torch.stack([torch.stack([model.draft_logits(input_ids[n:n+1, a], model.extend_context(taps[n:n+1, :a]), impl)[0]
-                                     for a in anchors[n].tolist()]) for n in range(input_ids.shape[0])])
+    def draft(n, a):
+        return model.draft_logits(input_ids[n:n+1, a], model.extend_context(taps[n:n+1, :a]), impl)[0]
+    return torch.stack([torch.stack([draft(n, a) for a in anchors[n].tolist()]) for n in range(input_ids.shape[0])])
 
 # %% ../nbs/01_model.ipynb #0dceaca3
 def drafter_state_dict(model: DFlashDraftModel) -> dict:
@@ -363,15 +376,19 @@ def _shards(sd: dict, max_shard_bytes: int | None) -> list[dict]:
     out, size = [{}], 0
     for k, v in sd.items():
         nbytes = v.numel() * v.element_size()
-        if out[-1] and size + nbytes > max_shard_bytes: out.append({}); size = 0
+        if out[-1] and size + nbytes > max_shard_bytes:
+            out.append({})
+            size = 0
         out[-1][k], size = v, size + nbytes
     return out
 
 # %% ../nbs/01_model.ipynb #783a94ee
 @patch
-def save_pretrained(self: DFlashDraftModel, path: str | Path, max_shard_bytes: int | None = None, tensors: dict | None = None) -> Path:
-    "Write the drafter in the hub layout (sharded with an index when it exceeds `max_shard_bytes`); `tensors` replace its own."
-    path = Path(path); path.mkdir(parents=True, exist_ok=True)
+def save_pretrained(self: DFlashDraftModel, path: str | Path, max_shard_bytes: int | None = None,
+                    tensors: dict | None = None) -> Path:
+    "Write the drafter in the hub layout (sharded with an index above `max_shard_bytes`); `tensors` replace its own."
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
     shards = _shards(tensors if tensors is not None else drafter_state_dict(self), max_shard_bytes)
     if len(shards) == 1: _atomic_save(shards[0], path / "model.safetensors")
     else:
@@ -389,7 +406,8 @@ def read_drafter_tensors(path: str | Path) -> dict:
     path = Path(path)
     if (path / "model.safetensors").exists(): files = [path / "model.safetensors"]
     elif (path / "model.safetensors.index.json").exists():
-        files = [path / f for f in sorted(set(json.loads((path / "model.safetensors.index.json").read_text())["weight_map"].values()))]
+        index = json.loads((path / "model.safetensors.index.json").read_text())
+        files = [path / f for f in sorted(set(index["weight_map"].values()))]
     else: raise FileNotFoundError(f"No model.safetensors or model.safetensors.index.json in {path}; "
                                   "DFlash checkpoints must be safetensors (pickled .bin/.pt files are never loaded).")
     out = {}
@@ -407,15 +425,17 @@ def infer_fusion(fc_width: int, hidden_size: int, target_layer_ids: list[int], r
     n, H = len(target_layer_ids), hidden_size
     widths = {"fused": n * H, "split": (n - 1) * H}
     found = [f for f, w in widths.items() if w == fc_width and (f == "fused" or n > 1)]
-    implied = "; ".join(f"{f}: {w} = {len(fc_tap_ids(target_layer_ids, f))} x {H} (fc taps {fc_tap_ids(target_layer_ids, f)})"
-                        for f, w in widths.items())
+    implied = "; ".join(f"{f}: {w} = {len(fc_tap_ids(target_layer_ids, f))} x {H} "
+                        f"(fc taps {fc_tap_ids(target_layer_ids, f)})" for f, w in widths.items())
     if not found:
         raise ValueError(f"fc.weight has input width {fc_width} (= {fc_width / H:g} x hidden {H}), but config.json's "
-                         f"target_layer_ids {list(target_layer_ids)} imply {implied}. The checkpoint and its config disagree: "
+                         f"target_layer_ids {list(target_layer_ids)} imply {implied}. "
+                         "The checkpoint and its config disagree: "
                          "fix target_layer_ids in config.json to the taps this fc was trained on.")
     if recorded and recorded != found[0]:
-        raise ValueError(f"config.json records fusion={recorded!r} ({widths[recorded]} wide), but fc.weight is {fc_width} wide, "
-                         f"which is {found[0]!r}. Fix dflash_config.fusion in config.json.")
+        raise ValueError(f"config.json records fusion={recorded!r} ({widths[recorded]} wide), "
+                         f"but fc.weight is {fc_width} wide, which is {found[0]!r}. "
+                         "Fix dflash_config.fusion in config.json.")
     return found[0]
 
 # %% ../nbs/01_model.ipynb #0ed2fcc0
@@ -438,7 +458,8 @@ def hub_drafter_config(raw: dict, fc_shape, target_model: nn.Module | None = Non
 
 # %% ../nbs/01_model.ipynb #2edea8a2
 @patch(cls_method=True)
-def from_pretrained(cls: DFlashDraftModel, path: str | Path, target_model: nn.Module | None = None, dtype=None, device=None):
+def from_pretrained(cls: DFlashDraftModel, path: str | Path, target_model: nn.Module | None = None,
+                    dtype=None, device=None):
     "Load a hub-layout DFlash checkpoint (its own dtype unless `dtype`); the fusion layout is read from `fc.weight`."
     raw, tensors = read_hub_config(path), read_drafter_tensors(path)
     if "fc.weight" not in tensors: raise ValueError(f"{path} has no fc.weight: not a DFlash drafter checkpoint.")
@@ -462,7 +483,8 @@ def describe_drafter(model: DFlashDraftModel, name: str = "drafter") -> str:
              f"  RoPE {rope.pop('rope_type')}, theta {c.rope_theta:g}" + (f", {rope}" if rope else "")]
     for i, a in enumerate(c.layer_attention):
         window = "none" if a.window is None else a.window
-        lines.append(f"  layer {i}: {a.kind:<17} window {window!s:<6} in-block {'causal' if a.causal else 'bidirectional'}")
+        lines.append(f"  layer {i}: {a.kind:<17} window {window!s:<6} "
+                     f"in-block {'causal' if a.causal else 'bidirectional'}")
     return "\n".join(lines)
 
 # %% ../nbs/01_model.ipynb #31f902ec
