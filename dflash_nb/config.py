@@ -7,7 +7,7 @@ Docs: https://dflash-nb.github.io/dflash_nb/config.html.md"""
 # %% ../nbs/00_config.ipynb #409a54c5
 from __future__ import annotations
 import json, warnings
-from dataclasses import dataclass, asdict, fields, replace
+from dataclasses import dataclass, asdict, replace
 from pathlib import Path
 from fastcore.basics import patch
 from transformers import Qwen3Config
