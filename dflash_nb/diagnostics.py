@@ -234,7 +234,7 @@ def retrofit_fused(model: DFlashDraftModel) -> DFlashDraftModel:
 def plot_slot_gradients(sg: dict, title: str = ""):
     "Two panels over block slots 1..B-1 of `slot_gradients`' result: grad-norm share and effective weight; the figure."
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True, layout="constrained")
     for name, r in sg.items():
         k = range(1, len(r["weight"]) + 1)
         axes[0].plot(k, r["grad_share"], marker="o", label=name)
