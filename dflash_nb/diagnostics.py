@@ -18,7 +18,7 @@ from .evaluate import offline_tau, OfflineResult
 # %% auto #0
 __all__ = ['RMSStats', 'rms_stats', 'layer_rms_live', 'layer_rms_cache', 'plot_layer_norms', 'fc_blocks', 'fc_report',
            'plot_fc_report', 'plot_tau_histogram', 'tap_transform', 'tap_means', 'tap_ablation', 'deepest_tap_share',
-           'plot_ablation', 'retrofit_fused']
+           'plot_ablation', 'retrofit_fused', 'plot_slot_gradients']
 
 # %% ../nbs/08_diagnostics.ipynb #afb13b00
 class RMSStats(NamedTuple):
@@ -229,3 +229,18 @@ def retrofit_fused(model: DFlashDraftModel) -> DFlashDraftModel:
     else:
         new.attach_shared(model.embed_tokens, model.lm_head)              # the target's modules, borrowed as they are
     return new
+
+# %% ../nbs/08_diagnostics.ipynb #df5c5eda
+def plot_slot_gradients(sg: dict, title: str = ""):
+    "Two panels over block slots 1..B-1 of `slot_gradients`' result: grad-norm share and effective weight; the figure."
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True, layout="constrained")
+    for name, r in sg.items():
+        k = range(1, len(r["weight"]) + 1)
+        axes[0].plot(k, r["grad_share"], marker="o", label=name)
+        axes[1].plot(k, r["weight"], marker="o", label=name)
+    for ax, what in zip(axes, ("share of the gradient norm", "effective weight")):
+        ax.set(xlabel="block slot k", title=what)
+    axes[0].legend()
+    if title: fig.suptitle(title)
+    return fig

@@ -25,17 +25,18 @@ from .checkpoint import (CheckpointState, save_checkpoint, latest_checkpoint, re
                                   whole_optimizer_state, load_optimizer_state)
 
 # %% auto #0
-__all__ = ['LOSSES', 'SOURCES', 'SCHEDULES', 'PARALLELS', 'KINDS', 'RESUME_FREE', 'DRAFTER_KEYS', 'TrainConfig',
-           'length_grouped_batches', 'valid_anchors', 'sample_anchors', 'Batch', 'make_batch', 'slot_positions',
-           'target_logits', 'position_weights', 'prefix_correct', 'dflash_loss', 'acceptance_counts',
-           'acceptance_metrics', 'noise_level', 'noisy_fc_input', 'lr_at', 'resolve_device', 'init_distributed',
-           'parallelize', 'mask_token_hint', 'drafter_config_for', 'loss_targets', 'step_loss', 'BatchPlan',
+__all__ = ['LOSSES', 'SOURCES', 'SCHEDULES', 'PARALLELS', 'INIT_NORMS', 'KINDS', 'SLOT_LOSSES', 'RESUME_FREE', 'DRAFTER_KEYS',
+           'TrainConfig', 'check_repro_noise', 'length_grouped_batches', 'valid_anchors', 'sample_anchors', 'Batch',
+           'make_batch', 'slot_positions', 'target_logits', 'position_weights', 'prefix_correct', 'weighted_slots',
+           'dflash_loss', 'acceptance_counts', 'acceptance_metrics', 'noise_level', 'noisy_fc_input', 'noisy_targets',
+           'lr_at', 'resolve_device', 'init_distributed', 'parallelize', 'mask_token_hint', 'drafter_config_for',
+           'norm_scale', 'init_final_norm', 'loss_targets', 'step_loss', 'slot_gradients', 'BatchPlan',
            'step_generator', 'online_taps', 'online_data', 'Trainer', 'train', 'read_metrics', 'check_keys',
            'load_train_config', 'train_parser', 'train_main']
 
 # %% ../nbs/04a_train.ipynb #52886ac2
 LOSSES, SOURCES, SCHEDULES = ("ce", "kl"), ("auto", "tokens", "final", "deepest_tap"), ("constant", "linear", "cosine")
-PARALLELS = ("ddp", "fsdp")
+PARALLELS, INIT_NORMS = ("ddp", "fsdp"), ("default", "target", "small")
 
 @dataclass
 class TrainConfig:
@@ -47,12 +48,14 @@ class TrainConfig:
     target: str = ""                  # target model directory (embeddings, final norm, lm_head are borrowed)
     drafter: dict = field(default_factory=dict)  # DFlashConfig fields: num_hidden_layers, block_size, fusion, ...
     init_from: str = ""               # start from this drafter checkpoint, e.g. a retrofit (its config beats `drafter`)
+    init_norm: str = "default"        # drafter final norm at step 0: default (ones), target (the target's), small
     loss: str = "ce"                  # "ce" (hard labels) or "kl" (soft, against target logits)
     target_source: str = "auto"       # auto, tokens, final or deepest_tap (see above)
     gamma: float = 7.0                # position decay exp(-(k-1)/gamma)
     streak: float = 0.0               # streak-aware up-weighting of slots whose predecessors are right (0 = off)
     noise_std: float = 0.0            # noise on the fc input, relative to each tap's RMS
     noise_schedule: str = "constant"  # constant, linear (to 0) or cosine (to 0)
+    repro_noise_on_targets: bool = False  # REPRODUCES A KNOWN BUG (noise reaches the loss targets): never train so
     num_anchors: int = 512            # blocks sampled per sequence
     batch_size: int = 1               # sequences per micro-batch per rank
     grad_accum: int = 1               # micro-batches per optimizer step
@@ -66,6 +69,7 @@ class TrainConfig:
     bucket_batches: int = 16          # batches per length-sorted bucket
     seed: int = 0                     # everything random (batches, anchors, noise, init) derives from it
     log_every: int = 10               # steps between metrics.jsonl records
+    slot_grads_every: int = 0         # steps between per-slot gradient diagnostics in metrics.jsonl (0 = off)
     save_every: int = 200             # steps between checkpoints
     attn_impl: str = "auto"           # drafter attention: auto (flex on CUDA, else blockwise), blockwise, sdpa, flex
     device: str = "auto"              # "auto": cuda when available
@@ -76,6 +80,15 @@ class TrainConfig:
 # %% ../nbs/04a_train.ipynb #17820414
 def _choice(name, value, options):
     if value not in options: raise ValueError(f"{name}={value!r} is not one of {options}.")
+
+# %% ../nbs/04a_train.ipynb #4ab62699
+def check_repro_noise(cfg: TrainConfig) -> None:
+    "The bug reproduction needs noise to leak and states to leak it into; a ValueError naming what is missing."
+    why = "repro_noise_on_targets reproduces a known bug (never train a drafter this way) and needs "
+    if cfg.noise_std <= 0: raise ValueError(why + f"noise_std > 0 (it is {cfg.noise_std}).")
+    if cfg.source not in ("final", "deepest_tap"):
+        raise ValueError(why + f"target states: target_source resolves to {cfg.source!r}; "
+                         "set 'final' or 'deepest_tap'.")
 
 # %% ../nbs/04a_train.ipynb #60f721b0
 KINDS = {"int": (int, "an integer"), "float": ((int, float), "a finite number"), "str": (str, "a string"),
@@ -94,7 +107,8 @@ def validate(self: TrainConfig) -> TrainConfig:
     "Raise on inconsistent settings, naming the field and the fix."
     for f in fields(self): _check_kind(f.name, getattr(self, f.name), f.type)
     for name, options in [("loss", LOSSES), ("target_source", SOURCES), ("noise_schedule", SCHEDULES),
-                          ("parallel", PARALLELS)]: _choice(name, getattr(self, name), options)
+                          ("parallel", PARALLELS), ("init_norm", INIT_NORMS)]:
+        _choice(name, getattr(self, name), options)
     if self.cache and self.prompts: raise ValueError("Give either cache (offline) or prompts (online mode), not both.")
     for k in ("num_anchors", "batch_size", "grad_accum", "epochs", "log_every", "save_every"):
         if getattr(self, k) < 1: raise ValueError(f"{k}={getattr(self, k)} must be >= 1.")
@@ -102,6 +116,10 @@ def validate(self: TrainConfig) -> TrainConfig:
     if self.loss == "kl" and self.source == "tokens":
         raise ValueError("loss='kl' needs target logits: set target_source='final' (a cache with final states) "
                          "or 'deepest_tap'.")
+    if self.slot_grads_every < 0: raise ValueError(f"slot_grads_every={self.slot_grads_every} must be >= 0 (0 = off).")
+    if self.init_from and self.init_norm != "default":
+        raise ValueError(f"init_norm={self.init_norm!r} with init_from: the checkpoint's norm wins; drop one.")
+    if self.repro_noise_on_targets: check_repro_noise(self)
     return self
 
 # %% ../nbs/04a_train.ipynb #401b7cc8
@@ -202,8 +220,8 @@ def prefix_correct(correct: torch.Tensor) -> torch.Tensor:
     return F.pad(correct.int().cumprod(-1)[..., :-1], (1, 0), value=1).bool()
 
 # %% ../nbs/04a_train.ipynb #6eb45ab4
-def dflash_loss(logits, labels, supervised, cfg: TrainConfig, soft_logits=None):
-    "`cfg.loss` over slots 1..B-1 of `logits` [N, A, B, V], weighted per slot; returns (loss, correct [N, A, B-1])."
+def weighted_slots(logits, labels, supervised, cfg: TrainConfig, soft_logits=None) -> tuple:
+    "Per slot 1..B-1 of `logits` [N, A, B, V]: `cfg.loss`, its detached weight, whether right (all [N, A, B-1])."
     lg = logits[:, :, 1:].float()
     if cfg.loss == "ce": per = F.cross_entropy(lg.flatten(0, 2), labels.flatten(), reduction="none").view_as(labels)
     else:
@@ -212,6 +230,12 @@ def dflash_loss(logits, labels, supervised, cfg: TrainConfig, soft_logits=None):
     correct = (lg.argmax(-1) == labels) & supervised
     w = position_weights(logits.shape[2], cfg.gamma).to(lg.device) * supervised
     if cfg.streak: w = w * (1 + cfg.streak * prefix_correct(correct))
+    return per, w, correct
+
+# %% ../nbs/04a_train.ipynb #e44ae10d
+def dflash_loss(logits, labels, supervised, cfg: TrainConfig, soft_logits=None):
+    "The weighted mean of `weighted_slots` over supervised slots; returns (loss, correct [N, A, B-1])."
+    per, w, correct = weighted_slots(logits, labels, supervised, cfg, soft_logits)
     return (per * w).sum() / w.sum().clamp(min=1e-8), correct
 
 # %% ../nbs/04a_train.ipynb #df2fd021
@@ -242,6 +266,12 @@ def noisy_fc_input(fc_taps: torch.Tensor, level: float, hidden_size: int, genera
     rms = x.pow(2).mean(-1, keepdim=True).sqrt()
     noise = torch.randn(x.shape, generator=generator).to(x.device)
     return (x + level * rms * noise).flatten(-2)
+
+# %% ../nbs/04a_train.ipynb #01b4994e
+def noisy_targets(b: Batch, level: float, hidden_size: int, generator) -> Batch:
+    "THE NOISE-ON-TARGETS BUG, reproduced: `b` with noise of `level` × RMS on its target states (a new `Batch`)."
+    states = noisy_fc_input(b.target_states, level, hidden_size, generator)
+    return Batch(**(vars(b) | {"target_states": states}))
 
 # %% ../nbs/04a_train.ipynb #034a8853
 def lr_at(step: int, total: int, base: float, warmup: float) -> float:
@@ -322,6 +352,22 @@ def drafter_config_for(cfg: TrainConfig, target, data) -> DFlashConfig:
     if d["mask_token_id"] is None: raise ValueError(mask_token_hint(target))
     return DFlashConfig(**d)
 
+# %% ../nbs/04a_train.ipynb #b65e5237
+def norm_scale(norm: nn.Module) -> torch.Tensor:
+    "The per-channel multiplier an RMSNorm applies after normalising (float32), whatever its parametrisation."
+    H = norm.weight.shape[0]
+    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 0.0))
+    ones = torch.ones(1, H, dtype=norm.weight.dtype, device=norm.weight.device)
+    with torch.no_grad(): return norm(ones)[0].float() * math.sqrt(1 + eps)
+
+# %% ../nbs/04a_train.ipynb #b0c6d552
+def init_final_norm(model: DFlashDraftModel, target_norm: nn.Module, how: str) -> None:
+    "Set the drafter's final-norm weight per `init_norm` (`how`): default, target or small (see above)."
+    if how == "default": return
+    w = model.norm.weight
+    scale = norm_scale(target_norm) if how == "target" else torch.full((w.shape[0],), w.shape[0] ** -0.5)
+    with torch.no_grad(): w.copy_(scale.to(w))
+
 # %% ../nbs/04a_train.ipynb #ffca6f83
 def loss_targets(b: Batch, dc: DFlashConfig, norm: nn.Module, lm_head: nn.Module):
     "(labels [N,A,B-1], soft target logits or None, supervised mask) from the clean batch."
@@ -336,11 +382,36 @@ def step_loss(model, b: Batch, dc: DFlashConfig, cfg: TrainConfig, head: tuple, 
     labels, soft, sup = loss_targets(b, dc, *head)
     level, generator = noise or (0.0, None)
     fc_in = noisy_fc_input(b.fc_taps, level, dc.hidden_size, generator)
+    if cfg.repro_noise_on_targets: labels, soft, sup = loss_targets(noisy_targets(b, level, dc.hidden_size, generator),
+                                                                   dc, *head)
     cuda_bf16 = cfg.bf16 and b.input_ids.device.type == "cuda"
     with torch.autocast(b.input_ids.device.type, dtype=torch.bfloat16, enabled=cuda_bf16):
         logits = model(b.input_ids, fc_in, b.anchors, cfg.attn_impl)
     loss, correct = dflash_loss(logits, labels, sup, cfg, soft)
     return {"loss": loss, "correct": correct, "supervised": sup, "labels": labels, "soft": soft}
+
+# %% ../nbs/04a_train.ipynb #3d43dd9a
+SLOT_LOSSES = ("ce", "kl", "kl+streak")
+
+def slot_gradients(model, b: Batch, dc: DFlashConfig, cfg: TrainConfig, head: tuple, losses=SLOT_LOSSES) -> dict:
+    "{loss: {grad_norm, grad_share, weight}}, each a list over slots 1..B-1, for one batch (`cfg`: gamma, streak)."
+    labels, soft, sup = loss_targets(b, dc, *head)
+    if soft is None and any(x != "ce" for x in losses):
+        raise ValueError(f"losses={losses} include KL, which needs target states: use target_source 'final' or "
+                         "'deepest_tap', or losses=('ce',).")
+    params = [p for p in model.parameters() if p.requires_grad]
+    logits = model(b.input_ids, b.fc_taps, b.anchors, cfg.attn_impl)
+    out = {}
+    for name in losses:
+        c = TrainConfig(loss=name.split("+")[0], gamma=cfg.gamma, streak=(cfg.streak or 1.0) * ("streak" in name))
+        per, w, _ = weighted_slots(logits, labels, sup, c, soft)
+        total = w.sum().clamp(min=1e-8)
+        terms = (per * w).sum((0, 1)) / total
+        grads = [torch.autograd.grad(t, params, retain_graph=True, allow_unused=True) for t in terms]
+        norms = torch.stack([torch.cat([g.flatten() for g in gs if g is not None]).norm() for gs in grads])
+        out[name] = {"grad_norm": norms.tolist(), "grad_share": (norms / norms.sum().clamp(min=1e-30)).tolist(),
+                     "weight": (w.sum((0, 1)) / total).tolist()}
+    return out
 
 # %% ../nbs/04a_train.ipynb #a48d5031
 class BatchPlan:
@@ -391,6 +462,8 @@ class Trainer:
         self.target, self.data, self.dc = self._load(target, data)
         self.model, self.run, self.opt, ck = self._build_drafter()
         self.sharded = cfg.parallel == "fsdp" and self.world > 1
+        if self.sharded and cfg.slot_grads_every:
+            raise NotImplementedError("slot_grads_every needs whole weights: use parallel='ddp' or one process.")
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.step = self._restore(ck) if ck else 0
         self.plan = BatchPlan(self.data.lengths, cfg, self.rank, self.world)
@@ -416,7 +489,8 @@ def _load(self: Trainer, target, data) -> tuple:
     return target, data, dc
 
 # %% ../nbs/04a_train.ipynb #feff6fa6
-RESUME_FREE = ("out_dir", "cache", "prompts", "target", "progress", "log_every", "save_every", "device")
+RESUME_FREE = ("out_dir", "cache", "prompts", "target", "progress", "log_every", "save_every", "device",
+               "slot_grads_every")
 
 @patch
 def _checkpoint_to_resume(self: Trainer) -> Path | None:
@@ -439,6 +513,7 @@ def _build_drafter(self: Trainer) -> tuple:
         raise ValueError(f"The target is on {at} but the drafter trains on {self.device}: load the target there "
                          "(load_target(..., device=...)).")
     model = DFlashDraftModel(self.dc, tm.get_input_embeddings(), tm.get_output_embeddings()).to(self.device)
+    init_final_norm(model, tm.get_decoder().norm, cfg.init_norm)
     if cfg.init_from: model.load_state_dict(read_drafter_tensors(cfg.init_from), strict=False)
     ck = self._checkpoint_to_resume()
     if ck: model.load_state_dict(checkpoint_weights(ck), strict=False)
@@ -465,8 +540,9 @@ def describe(self: Trainer) -> str:
     how = "one process" if self.world == 1 else f"{self.cfg.parallel} over {self.world} ranks"
     start = f"resuming at step {self.step}" if self.step else "from step 0"
     source = getattr(self.data, "path", type(self.data).__name__)
+    bug = "; REPRODUCING THE NOISE-ON-TARGETS BUG (repro_noise_on_targets): never use this drafter"
     return (f"dflash-train: {n / 1e6:.2f}M trainable parameters, {how}, {here / 1e6:.2f}M on this rank; "
-            f"{len(self.data)} samples from {source}; {start}")
+            f"{len(self.data)} samples from {source}; {start}" + (bug if self.cfg.repro_noise_on_targets else ""))
 
 # %% ../nbs/04a_train.ipynb #5a9cdee6
 def _to(b: Batch, device) -> Batch:
@@ -519,9 +595,10 @@ def one_step(self: Trainer) -> dict:
     self.step += 1
     tot = _all_sum(torch.cat([counts.flatten(), torch.tensor([loss, toks], dtype=torch.float64)]).to(self.device))
     tot = tot.cpu()
-    return {"step": self.step, "loss": tot[-2].item() / self.world, "lr": lr, "grad_norm": grad_norm,
-            **acceptance_metrics(tot[:-2].view(3, -1)), "tokens_per_s": tot[-1].item() / (time.perf_counter() - t0),
-            "noise": noise}
+    rec = {"step": self.step, "loss": tot[-2].item() / self.world, "lr": lr, "grad_norm": grad_norm,
+           **acceptance_metrics(tot[:-2].view(3, -1)), "tokens_per_s": tot[-1].item() / (time.perf_counter() - t0),
+           "noise": noise}
+    return rec | ({"repro_noise_on_targets": True} if cfg.repro_noise_on_targets else {})
 
 # %% ../nbs/04a_train.ipynb #40f09a56
 def _gather(obj, world: int) -> list:
@@ -553,19 +630,31 @@ def log(self: Trainer, rec: dict) -> None:
     "Append `rec` to `out_dir/metrics.jsonl`."
     with open(self.out / "metrics.jsonl", "a") as f: f.write(json.dumps(rec) + "\n")
 
+# %% ../nbs/04a_train.ipynb #c028d700
+@patch
+def slot_grads(self: Trainer) -> dict:
+    "`slot_gradients` on micro-batch 0 of the step just taken, with the weights after it (all three losses if it can)."
+    cfg, step = self.cfg, self.step - 1
+    g = step_generator(cfg.seed, step, 0, self.rank)
+    b = _to(make_batch(self.data, self.plan[step * cfg.grad_accum], self.dc, cfg, g), self.device)
+    losses = SLOT_LOSSES if b.target_states is not None else ("ce",)
+    return slot_gradients(self.model, b, self.dc, cfg, self.head, losses)
+
 # %% ../nbs/04a_train.ipynb #d6822095
 @patch
 def fit(self: Trainer, stop_after: int | None = None) -> Path | None:
     "Step until `total` (or `stop_after` steps, a simulated kill), logging and checkpointing on schedule."
     from tqdm.auto import tqdm
     cfg, show = self.cfg, self.cfg.progress and self.rank == 0
-    if show: print(self.describe(), flush=True)
+    if show or (self.rank == 0 and cfg.repro_noise_on_targets): print(self.describe(), flush=True)
     bar = tqdm(total=self.total, initial=self.step, disable=not show, desc="train")
     while self.step < self.total:
         rec = self.one_step()
         bar.update()
         bar.set_postfix(loss=f"{rec['loss']:.3f}", tau=f"{rec['tau_est']:.2f}")
-        if self.rank == 0 and self._due(cfg.log_every): self.log(rec)
+        if self.rank == 0 and cfg.slot_grads_every and self.step % cfg.slot_grads_every == 0:
+            rec["slot_grads"] = self.slot_grads()
+        if self.rank == 0 and (self._due(cfg.log_every) or "slot_grads" in rec): self.log(rec)
         if self._due(cfg.save_every): self.save()
         if stop_after and self.step >= stop_after: break
     bar.close()
