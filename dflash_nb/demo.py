@@ -14,9 +14,9 @@ from tqdm.auto import tqdm
 from .config import default_target_layer_ids
 from .model import DFlashDraftModel
 from .storage import atomic_write
-from .cache import HiddenStateCache, CacheLayout
+from .cache import HiddenStateCache, CacheLayout, select_taps
 from .extract import cached_responses, extract_to_cache
-from .train import TrainConfig, train, read_metrics
+from .train import TrainConfig, train, read_metrics, target_logits
 from .evaluate import offline_tau, comparison_rows, markdown_table, OfflineResult, plot_acceptance
 
 # %% auto #0
@@ -93,17 +93,15 @@ def stage_offline(target, ckpts: dict, cache: HiddenStateCache, path: Path, cfg:
 
 # %% ../nbs/10_demo.ipynb #d0e1b005
 def label_agreement(target, cache: HiddenStateCache, tap: int, indices=None) -> dict:
-    "How often argmax(norm+lm_head(tap `tap`)) at p-1 equals the token at p, over supervised positions p."
-    from dflash_nb.cache import select_taps
+    "How often split's label at p (the target head on tap `tap` at p-1, as training makes it) is the token at p."
     norm, head = target.model.get_decoder().norm, target.model.get_output_embeddings()
     hits = n = 0
     for i in range(len(cache)) if indices is None else indices:
         r = cache[i]
         p = torch.nonzero(r["loss_mask"][1:]).flatten() + 1
-        h = select_taps(r["taps"], cache.tap_ids, [tap], cache.hidden_size)[p - 1]
-        with torch.no_grad():
-            pred = head(norm(h.to(head.weight.dtype))).argmax(-1)
-        hits, n = hits + int((pred == r["input_ids"][p]).sum()), n + len(p)
+        states = select_taps(r["taps"], cache.tap_ids, [tap], cache.hidden_size)[None].float()
+        labels = target_logits(states, p[None], norm, head).argmax(-1)[0]
+        hits, n = hits + int((labels == r["input_ids"][p]).sum()), n + len(p)
     return {"tap": tap, "agree": hits / max(1, n), "positions": n}
 
 # %% ../nbs/10_demo.ipynb #d0e1b006
