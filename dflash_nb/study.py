@@ -7,8 +7,8 @@ Docs: https://dflash-nb.github.io/dflash_nb/recipe_study.html.md"""
 
 # %% ../nbs/12_recipe_study.ipynb #24ba1acc
 from __future__ import annotations
-import argparse, json, math, statistics, sys
-from dataclasses import dataclass, field, asdict, fields
+import argparse, json, math, shutil, statistics, sys, time
+from dataclasses import dataclass, field, asdict, fields, replace
 from pathlib import Path
 import yaml
 from fastcore.basics import patch
@@ -18,18 +18,21 @@ from .cache import HiddenStateCache
 from .model import DFlashDraftModel
 from .train import TrainConfig, Trainer, read_metrics, check_keys, DRAFTER_KEYS, RESUME_FREE
 from .evaluate import offline_tau, markdown_table
+from .diagnostics import retrofit_fused
 
 # %% auto #0
-__all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'T95', 'StudyConfig', 'run_dir', 'run_config', 'load_study_config',
-           'StudyInputs', 'load_inputs', 'held_out_indices', 'evaluate_run', 'train_run', 'config_changes', 'run_one',
-           'run_study', 't95', 'Interval', 'mean_ci', 'paired_diff', 'verdict', 'by_variant', 'summary_rows',
-           'plot_study_tau', 'plot_study_acceptance', 'plot_study_training', 'write_study_report', 'study_parser',
-           'study_main']
+__all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'RETROFIT', 'T95', 'StudyConfig', 'run_dir', 'retrofit_init', 'run_config',
+           'load_study_config', 'StudyInputs', 'load_inputs', 'held_out_indices', 'evaluate_run', 'train_run',
+           'retrofit_stage', 'retrofit_first_stage', 'config_changes', 'run_one', 'run_study', 't95', 'Interval',
+           'mean_ci', 'paired_diff', 'verdict', 'by_variant', 'summary_rows', 'question_rows', 'plot_study_tau',
+           'plot_study_acceptance', 'plot_question', 'plot_study_training', 'slot_loss', 'plot_slot_dilution',
+           'write_study_report', 'study_parser', 'study_main']
 
 # %% ../nbs/12_recipe_study.ipynb #7d270c01
 LAUNCHERS = ("inline", "torchrun")
 STUDY_OWNED = ("seed", "steps", "epochs", "out_dir", "cache", "prompts")   # set per run by the study
 DATA_ORDER = ("batch_size", "grad_accum", "max_len", "bucket_batches")        # shared: in `base` only
+RETROFIT = ("retrofit_from", "retrofit_at")    # variant keys of a two-stage retrofit run (see below)
 
 @dataclass
 class StudyConfig:
@@ -46,6 +49,9 @@ class StudyConfig:
     budgets: list = field(default_factory=lambda: [8])      # DDTree budgets; B-1 (a chain round's cost) is added
     launcher: str = "inline"        # inline (in this process) or torchrun (through dflash_nb.launch)
     nproc: int = 1                  # processes per run under torchrun
+    questions: dict = field(default_factory=dict)  # name -> [reference, variant] ({}: each variant vs baseline)
+    slot_grads_every: int = 0       # per-slot gradients every N steps (0: off) in the first seed's run of ...
+    slot_grads_variants: list = field(default_factory=list)  # ... these variants (the gradient-dilution plot)
 
 # %% ../nbs/12_recipe_study.ipynb #f2da9939
 @patch(as_prop=True)
@@ -53,29 +59,66 @@ def baseline(self: StudyConfig) -> str:
     "The variant the others are compared to: the one named `baseline`, else the first."
     return "baseline" if "baseline" in self.variants else next(iter(self.variants))
 
+# %% ../nbs/12_recipe_study.ipynb #c4f06b54
+@patch(as_prop=True)
+def comparisons(self: StudyConfig) -> dict:
+    "The questions the report answers, {name: (reference, variant)}: `questions`, else every variant vs the baseline."
+    if self.questions: return {q: tuple(p) for q, p in self.questions.items()}
+    return {n: (self.baseline, n) for n in self.variants if n != self.baseline}
+
 # %% ../nbs/12_recipe_study.ipynb #2aca1f37
 def run_dir(sc: StudyConfig, name: str, seed: int) -> Path:
     "The run directory of variant `name` with `seed`: its checkpoints, metrics.jsonl and result.json."
     return Path(sc.out_dir) / name / f"seed-{seed}"
 
+# %% ../nbs/12_recipe_study.ipynb #23fb2f62
+def retrofit_init(sc: StudyConfig, name: str, seed: int) -> Path:
+    "Where retrofit variant `name` keeps its first stage's drafter widened to fused: the second stage's `init_from`."
+    return run_dir(sc, name, seed) / "retrofit-init"
+
 # %% ../nbs/12_recipe_study.ipynb #bcc431aa
 def run_config(sc: StudyConfig, name: str, seed: int) -> TrainConfig:
     "The validated `TrainConfig` of variant `name` with `seed`: base, then the variant (drafter dicts merged)."
-    v = sc.variants[name]
+    v = {k: x for k, x in sc.variants[name].items() if k not in RETROFIT}
     drafter = dict(sc.base.get("drafter") or {}) | dict(v.get("drafter") or {})
-    d = dict(sc.base) | dict(v) | dict(drafter=drafter, cache=sc.cache, steps=sc.steps, seed=seed,
-                                       out_dir=str(run_dir(sc, name, seed)))
+    d = dict(sc.base) | v | dict(drafter=drafter, cache=sc.cache, steps=sc.steps, seed=seed,
+                                 out_dir=str(run_dir(sc, name, seed)))
+    if name in sc.slot_grads_variants and seed == sc.seeds[0]: d["slot_grads_every"] = sc.slot_grads_every
+    if "retrofit_from" in sc.variants[name]:
+        d |= dict(init_from=str(retrofit_init(sc, name, seed)), steps=sc.steps - sc.variants[name]["retrofit_at"])
     return TrainConfig(**d).validate()
 
 # %% ../nbs/12_recipe_study.ipynb #d1b44040
-def _check_fields(d, where: str, refused) -> None:
-    "Unknown TrainConfig / drafter keys of `d`, or keys the study owns, as a ValueError."
+def _check_fields(d, where: str, refused, extra=()) -> None:
+    "Unknown TrainConfig / drafter keys of `d` (besides `extra`), or keys the study owns, as a ValueError."
     if not isinstance(d, dict): raise ValueError(f"{where} must be a mapping of TrainConfig fields, not {d!r}.")
     if bad := [k for k in d if k in refused]:
         raise ValueError(f"{where} sets {bad}: the study sets seed/steps/out_dir/cache for every run, and data order "
                          f"({', '.join(DATA_ORDER)}) only in `base`, so every run sees the same batches.")
-    check_keys(d, {f.name for f in fields(TrainConfig)}, where)
+    check_keys({k: x for k, x in d.items() if k not in extra}, {f.name for f in fields(TrainConfig)}, where)
     check_keys(d.get("drafter") or {}, DRAFTER_KEYS, f"{where} (drafter)")
+
+# %% ../nbs/12_recipe_study.ipynb #d3240ffb
+def _check_retrofit(sc: StudyConfig, name: str) -> None:
+    "A ValueError unless retrofit variant `name` starts from a split variant and splits the budget in two stages."
+    v, where = sc.variants[name], f"variant {name!r}"
+    src, at = v.get("retrofit_from"), v.get("retrofit_at")
+    if src not in sc.variants or any(k in sc.variants[src] for k in RETROFIT):
+        raise ValueError(f"{where}: retrofit_from={src!r} must name another, non-retrofit variant of the study.")
+    if run_config(sc, src, sc.seeds[0]).drafter.get("fusion") != "split":
+        raise ValueError(f"{where}: retrofit_from={src!r} is not a split drafter; give it drafter: {{fusion: split}}.")
+    if not isinstance(at, int) or not 0 < at < sc.steps:
+        raise ValueError(f"{where}: retrofit_at={at!r} must be a step count in 1..{sc.steps - 1}, the first "
+                         f"stage's share of the {sc.steps} steps.")
+    if "drafter" in v or "init_norm" in v:
+        raise ValueError(f"{where}: a retrofit starts from its first stage's drafter; drop `drafter`/`init_norm`.")
+
+# %% ../nbs/12_recipe_study.ipynb #6a0e6fc7
+def _check_questions(sc: StudyConfig) -> None:
+    "A ValueError unless every question is a pair of the study's variants."
+    for q, pair in sc.questions.items():
+        if not (isinstance(pair, list) and len(pair) == 2 and all(p in sc.variants for p in pair)):
+            raise ValueError(f"question {q!r}: {pair!r} must be [reference, variant], two of {list(sc.variants)}.")
 
 # %% ../nbs/12_recipe_study.ipynb #d3ec1430
 @patch
@@ -97,8 +140,12 @@ def validate(self: StudyConfig) -> StudyConfig:
                          "extract a held-out cache from other prompts.")
     _check_fields(self.base, "base", STUDY_OWNED)
     for name, v in self.variants.items():
-        _check_fields(v, f"variant {name!r}", STUDY_OWNED + DATA_ORDER)
+        _check_fields(v, f"variant {name!r}", STUDY_OWNED + DATA_ORDER, RETROFIT)
+        if any(k in v for k in RETROFIT): _check_retrofit(self, name)
         run_config(self, name, self.seeds[0])
+    _check_questions(self)
+    if unknown := [n for n in self.slot_grads_variants if n not in self.variants]:
+        raise ValueError(f"slot_grads_variants names {unknown}, not variants of this study.")
     return self
 
 # %% ../nbs/12_recipe_study.ipynb #f62b194a
@@ -163,6 +210,26 @@ def train_run(cfg: TrainConfig, sc: StudyConfig, inputs: StudyInputs, stop_after
     ck = t.fit(stop_after)
     return ck if t.step >= t.total else None
 
+# %% ../nbs/12_recipe_study.ipynb #c3563096
+def retrofit_stage(sc: StudyConfig, name: str, seed: int) -> TrainConfig:
+    "The first stage of retrofit variant `name`: its `retrofit_from` (split) variant trained for `retrofit_at` steps."
+    v = sc.variants[name]
+    cfg = run_config(sc, v["retrofit_from"], seed)
+    return replace(cfg, steps=v["retrofit_at"], out_dir=str(run_dir(sc, name, seed) / "stage-1")).validate()
+
+# %% ../nbs/12_recipe_study.ipynb #6346d399
+def retrofit_first_stage(sc: StudyConfig, name: str, seed: int, inputs, stop_after: int | None = None) -> bool:
+    "Train retrofit variant `name`'s split stage and save it widened to fused as the second stage's `init_from`."
+    init = retrofit_init(sc, name, seed)
+    if (init / "config.json").exists(): return True
+    ck = train_run(retrofit_stage(sc, name, seed), sc, inputs, stop_after)
+    if ck is None: return False
+    partial = init.with_name(init.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    retrofit_fused(DFlashDraftModel.from_pretrained(ck, target_model=inputs.target.model)).save_pretrained(partial)
+    partial.rename(init)
+    return True
+
 # %% ../nbs/12_recipe_study.ipynb #bc997271
 def _json(obj): return json.loads(json.dumps(obj))
 
@@ -182,10 +249,15 @@ def run_one(sc: StudyConfig, name: str, seed: int, inputs: StudyInputs, stop_aft
             raise ValueError(f"{path} was made with other settings (saved, now): {diff}. Restore them, or use a "
                              "new out_dir.")
         return res
+    t0 = time.perf_counter()
+    retrofit = "retrofit_from" in sc.variants[name]
+    if retrofit and not retrofit_first_stage(sc, name, seed, inputs, stop_after): return None
     ck = train_run(cfg, sc, inputs, stop_after)
     if ck is None: return None
     res = {"variant": name, "seed": seed, "steps": sc.steps, "checkpoint": str(ck), "config": asdict(cfg)}
+    t1 = time.perf_counter()
     res |= evaluate_run(ck, sc, inputs, name)
+    res["seconds"] = {"train": round(t1 - t0, 1), "eval": round(time.perf_counter() - t1, 1)}  # this process's part
     atomic_write(path, lambda p: p.write_text(json.dumps(res, indent=1)))
     return _json(res)
 
@@ -266,6 +338,24 @@ def summary_rows(results: list[dict], baseline: str) -> list[dict]:
                      "diff vs baseline": str(d) if d else "(baseline)", "verdict": verdict(d) if d else ""})
     return rows
 
+# %% ../nbs/12_recipe_study.ipynb #5432a17e
+def _per_seed(per: dict, key: str) -> dict:
+    "{seed: result[key]} of one variant's results."
+    return {s: r[key] for s, r in per.items()}
+
+def question_rows(results: list[dict], comparisons: dict) -> list[dict]:
+    "One row per question {name: (reference, variant)}: paired differences of chain and DDTree-(B-1) τ, verdicts."
+    runs, rows = by_variant(results), []
+    for q, (ref, var) in comparisons.items():
+        if missing := [n for n in (ref, var) if n not in runs]:
+            raise ValueError(f"question {q!r}: no finished run of {missing}; run the study first.")
+        row = {"question": q, "variant − reference": f"{var} − {ref}"}
+        for key, col in (("tau", "chain"), ("tau_equal_cost", "DDTree-(B-1)")):
+            d = paired_diff(_per_seed(runs[var], key), _per_seed(runs[ref], key))
+            row |= {f"Δτ {col}": str(d), f"{col}": verdict(d)}
+        rows.append(row)
+    return rows
+
 # %% ../nbs/12_recipe_study.ipynb #c3ab501d
 def plot_study_tau(results: list[dict]) -> Figure:
     "Chain τ and DDTree-(B-1) τ per variant: each seed a dot, the mean with its 95% interval as an error bar."
@@ -296,6 +386,29 @@ def plot_study_acceptance(results: list[dict]) -> Figure:
     ax.legend(fontsize=8)
     return fig
 
+# %% ../nbs/12_recipe_study.ipynb #118b3639
+def plot_question(results: list[dict], ref: str, var: str, title: str = "") -> Figure:
+    "One question: both variants' acceptance by position (left); per-seed paired Δτ, mean ± 95% CI (right)."
+    fig = Figure(figsize=(9, 3.2), layout="constrained")
+    a1, a2 = fig.subplots(1, 2, width_ratios=[3, 2])
+    runs = by_variant(results)
+    for name in (ref, var):
+        mean = [statistics.fmean(c) for c in zip(*(r["acc_cum"] for r in runs[name].values()))]
+        a1.plot(range(1, len(mean) + 1), mean, "-o", ms=3, label=name)
+    a1.set(xlabel="block slot k", ylabel="P(slots 1..k accepted)", ylim=(0, 1.02))
+    a1.legend(fontsize=8)
+    for i, key in enumerate(("tau", "tau_equal_cost")):
+        a, b = _per_seed(runs[var], key), _per_seed(runs[ref], key)
+        diffs, ci = [a[s] - b[s] for s in sorted(a)], paired_diff(a, b)
+        a2.plot([i] * len(diffs), diffs, ".", color="0.6")
+        err = [[ci.mean - ci.lo], [ci.hi - ci.mean]] if ci.n > 1 else None
+        a2.errorbar([i], [ci.mean], yerr=err, fmt="o", capsize=4)
+    a2.axhline(0, color="0.3", lw=0.8)
+    a2.set(xticks=[0, 1], xlim=(-0.5, 1.5), title=f"Δτ = {var} − {ref}")
+    a2.set_xticklabels(["chain", "DDTree-(B-1)"])
+    fig.suptitle(title or f"{var} vs {ref}")
+    return fig
+
 # %% ../nbs/12_recipe_study.ipynb #c0aa82e3
 def plot_study_training(sc: StudyConfig, results: list[dict]) -> Figure:
     "Training loss and τ̂ against step of every run (from its metrics.jsonl), one colour per variant."
@@ -311,20 +424,55 @@ def plot_study_training(sc: StudyConfig, results: list[dict]) -> Figure:
     axes[0].legend(fontsize=8)
     return fig
 
+# %% ../nbs/12_recipe_study.ipynb #6e2c5eea
+def slot_loss(cfg: dict) -> str:
+    "The `slot_gradients` loss name of a run's config: ce, kl or kl+streak."
+    return "ce" if cfg["loss"] == "ce" else "kl+streak" if cfg["streak"] > 0 else "kl"
+
+# %% ../nbs/12_recipe_study.ipynb #4884212f
+def plot_slot_dilution(sc: StudyConfig, results: list[dict], slots=(1, 2, 4, 8, 15)) -> Figure:
+    "Per-slot gradient-norm share (top) and effective weight (bottom) against step, one column per recorded variant."
+    runs = {n: by_variant(results)[n][sc.seeds[0]] for n in sc.slot_grads_variants}
+    fig = Figure(figsize=(3.2 * len(runs), 5), layout="constrained")
+    axes = fig.subplots(2, len(runs), sharex=True, sharey="row", squeeze=False)
+    for j, (name, r) in enumerate(runs.items()):
+        loss = slot_loss(r["config"])
+        recs = [m for m in read_metrics(run_dir(sc, name, sc.seeds[0])) if "slot_grads" in m]
+        for i, what in enumerate(("grad_share", "weight")):
+            for k in [k for k in slots if k <= len(recs[0]["slot_grads"][loss][what])]:
+                axes[i, j].plot([m["step"] for m in recs], [m["slot_grads"][loss][what][k - 1] for m in recs],
+                                label=f"slot {k}")
+        axes[0, j].set_title(f"{name} ({loss})", fontsize=9)
+        axes[1, j].set_xlabel("step")
+    axes[0, 0].set_ylabel("share of gradient norm")
+    axes[1, 0].set_ylabel("effective weight")
+    axes[0, -1].legend(fontsize=7)
+    return fig
+
 # %% ../nbs/12_recipe_study.ipynb #39a839e9
-def write_study_report(sc: StudyConfig, results: list[dict]) -> Path:
-    "out_dir/report/report.md (the summary table) with tau.png, acceptance.png and training.png beside it."
-    out = Path(sc.out_dir) / "report"
-    out.mkdir(parents=True, exist_ok=True)
+def _report_figures(sc: StudyConfig, results: list[dict]) -> dict:
+    "{file stem: Figure} of a study's report: the overview plots, one per question, and the dilution plot if recorded."
     figs = {"tau": plot_study_tau(results), "acceptance": plot_study_acceptance(results),
             "training": plot_study_training(sc, results)}
+    for i, (q, (ref, var)) in enumerate(sc.comparisons.items()):
+        figs[f"question-{i + 1}"] = plot_question(results, ref, var, q)
+    if sc.slot_grads_every and sc.slot_grads_variants: figs["slot-dilution"] = plot_slot_dilution(sc, results)
+    return figs
+
+def write_study_report(sc: StudyConfig, results: list[dict]) -> Path:
+    "out_dir/report/report.md (the variant and question tables) with a PNG per figure beside it."
+    out = Path(sc.out_dir) / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    figs = _report_figures(sc, results)
     for name, fig in figs.items(): atomic_write(out / f"{name}.png", lambda p: fig.savefig(p, format="png", dpi=80))
-    n = len(sc.seeds)
-    text = (f"# Recipe study: {len(sc.variants)} variants × {n} seeds, {sc.steps} steps each\n\n"
+    text = (f"# Recipe study: {len(sc.variants)} variants × {len(sc.seeds)} seeds, {sc.steps} steps each\n\n"
             f"Baseline: `{sc.baseline}`. τ on held-out data, mean [95% t-interval over seeds]; the difference is "
             "paired by seed (chain τ). DDTree-(B-1) verifies as many tokens as a chain round.\n\n"
-            + markdown_table(summary_rows(results, sc.baseline)) + "\n\n"
+            + markdown_table(summary_rows(results, sc.baseline)) + "\n\n## Questions\n\n"
+            "Δτ = variant − reference, paired by seed, mean [95% t-interval]; a verdict is 'better' or 'worse' "
+            "only when the interval excludes 0.\n\n" + markdown_table(question_rows(results, sc.comparisons)) + "\n\n"
             + "".join(f"![{k}]({k}.png)\n" for k in figs))
+    atomic_write(out / "results.json", lambda p: p.write_text(json.dumps(results, indent=1)))
     return atomic_write(out / "report.md", lambda p: p.write_text(text))
 
 # %% ../nbs/12_recipe_study.ipynb #2de89511
@@ -339,12 +487,13 @@ def study_parser() -> argparse.ArgumentParser:
 
 # %% ../nbs/12_recipe_study.ipynb #cbe9e0c5
 def study_main(argv=None) -> int:
-    "Entry point of `dflash-study`: 0 after writing the report, 1 with a one-line message when an input is refused."
+    "Entry point of `dflash-study`: 0 after writing the report; 1 and a message if an input is refused or a run fails."
+    from dflash_nb.launch import LaunchFailed
     a = study_parser().parse_args(argv)
     try:
         sc = load_study_config(a.config, out_dir=a.out_dir)
         path = write_study_report(sc, run_study(sc))
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, LaunchFailed) as e:
         print(f"dflash-study: error: {e}", file=sys.stderr)
         return 1
     print(f"report: {path}")
