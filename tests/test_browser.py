@@ -30,7 +30,8 @@ def toy_explorer(work: Path):
     from dflash_nb.toy import load_toy_target, repo_data_dir
     toy = load_toy_target()
     shipped = repo_data_dir() / "toy-drafters"
-    drafters = {f: DFlashDraftModel.from_pretrained(shipped / f, target_model=toy.model).eval() for f in ("fused", "split")}
+    drafters = {f: DFlashDraftModel.from_pretrained(shipped / f, target_model=toy.model).eval()
+                for f in ("fused", "split")}
     responses = cached_responses(None, [], shipped / "responses-eval.jsonl", 0, 0)
     taps = drafters["fused"].config.target_layer_ids
     return TapExplorer(drafters, HiddenStateCache(extract_to_cache(toy, responses[:6], work / "toy-cache", taps)))

@@ -7,7 +7,6 @@ its signature with the `config` parameter, its docstring), `show_doc` entries of
 `<img>` elements, as many as the notebook stores. Screenshots of both pages go to `$DFLASH_NB_ARTIFACTS` (else a
 temporary folder; the path is printed)."""
 import re, subprocess, sys, time
-from pathlib import Path
 import nbformat, pytest
 from browser_util import ROOT, artifacts_dir, browser_page, need_browser
 
@@ -50,7 +49,7 @@ def test_build_leaves_checkout_clean(site):
     "The build works in a temporary copy: no `_proc/`, `_docs/` or sidebar appears in the checkout."
     out, secs = site
     print(f"\ndocs site built in {secs:.0f} s")
-    assert (out / "index.html").exists() and (out / "01_model.html").exists() and (out / "09_explore_taps.html").exists()
+    assert all((out / p).exists() for p in ("index.html", "01_model.html", "09_explore_taps.html"))
     status = subprocess.run(["git", "status", "--porcelain", "--ignored", "_proc", "_docs", "nbs/sidebar.yml"],
                             cwd=ROOT, capture_output=True, text=True).stdout
     assert status == "", status

@@ -14,7 +14,7 @@ Run from anywhere: `python tools/build_docs.py --out site/` (default `_docs/`, w
   package downloads its binary when it is built), hence this engine.
 - The notebooks are not executed: pages show the outputs stored in them (`tools/render_notebooks.py` stores them).
 """
-import argparse, html, os, re, shutil, subprocess, sys, tempfile
+import argparse, html, os, re, shutil, sys, tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,7 +129,8 @@ def nav(pages: list[tuple[str, str]], current: str) -> str:
 STYLE = """<style>
 body{margin:0} #site-nav{position:fixed;top:0;left:0;bottom:0;width:230px;overflow:auto;padding:1em;
 background:#f7f7f9;border-right:1px solid #ddd;font:14px sans-serif} #site-nav ul{list-style:none;padding:0}
-#site-nav li{margin:.3em 0} #site-nav .current a{font-weight:bold} #site-nav .site-title{font-weight:bold;font-size:16px}
+#site-nav li{margin:.3em 0} #site-nav .current a{font-weight:bold}
+#site-nav .site-title{font-weight:bold;font-size:16px}
 #site-main{margin-left:260px;padding:0 1em;max-width:1100px} .page-description{color:#555;font-size:1.1em}
 </style>"""
 
@@ -162,7 +163,8 @@ def render_nbconvert(proc: Path, out: Path):
             fm = yaml.safe_load(m.group(1)) if (m := MD_FRONT.match(src)) else {}
             text = re.sub(r"\]\(([\w.-]+)\.(?:ipynb|qmd|md)\)", r"](\1.html)", MD_FRONT.sub("", src))
             titles[s] = fm.get("title", titles[s])
-            head = f"<h1 class=title>{html.escape(titles[s])}</h1><p class=page-description>{fm.get('description', '')}</p>"
+            head = f"<h1 class=title>{html.escape(titles[s])}</h1>" \
+                   f"<p class=page-description>{html.escape(fm.get('description', ''))}</p>"
             body = f"<!DOCTYPE html><html><head><meta charset=utf-8><title>{html.escape(titles[s])}</title></head>" \
                    f"<body>{head}{markdown2html(text)}</body></html>"
         body = body.replace("</head>", STYLE + "</head>", 1)
@@ -181,6 +183,8 @@ def build(out: Path, engine: str = "auto", n_workers: int = 2) -> Path:
     if engine == "quarto" and not shutil.which("quarto"):
         raise SystemExit("--engine quarto: no `quarto` on PATH; use --engine nbconvert (the offline engine)")
     out = Path(out).resolve()
+    if out == ROOT or out in ROOT.parents or (out.exists() and any(out.glob("*.ipynb"))) or (out / ".git").exists():
+        raise SystemExit(f"--out {out}: the folder is replaced by the site; give a new folder, not a checkout")
     cwd = Path.cwd()
     with tempfile.TemporaryDirectory(prefix="dflash_nb-docs-") as tmp:
         proj = Path(tmp)
@@ -202,7 +206,7 @@ def build(out: Path, engine: str = "auto", n_workers: int = 2) -> Path:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(ROOT / "_docs"), help="output folder (replaced); default _docs/ (ignored by git)")
+    ap.add_argument("--out", default=str(ROOT / "_docs"), help="output folder (replaced); default _docs/ (git-ignored)")
     ap.add_argument("--engine", choices=["auto", "quarto", "nbconvert"], default="auto",
                     help="auto: Quarto when `quarto` is on PATH, else nbconvert")
     ap.add_argument("--n-workers", type=int, default=2, help="Quarto's rendering processes")
