@@ -13,6 +13,7 @@ A screenshot of the page goes to `$DFLASH_NB_ARTIFACTS` (else a temporary folder
 test fails. Server and browser are always shut down (the server's whole process group, kernels included)."""
 import json, os, re, secrets, time, urllib.request
 from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 import nbformat, pytest
 from browser_util import ROOT, artifacts_dir, browser_page, jupyterlab, need_browser
 
@@ -35,6 +36,18 @@ def toy_explorer(work: Path):
     responses = cached_responses(None, [], shipped / "responses-eval.jsonl", 0, 0)
     taps = drafters["fused"].config.target_layer_ids
     return TapExplorer(drafters, HiddenStateCache(extract_to_cache(toy, responses[:6], work / "toy-cache", taps)))
+
+
+def expected(work: Path) -> dict:
+    "What the Python API says the explorer shows: its taps and layouts, τ of the first layout at scale 1 and with the"
+    " deepest tap at 0."
+    import torch
+    from dflash_nb.explore import explorer_update
+    torch.set_num_threads(1)          # the notebook's kernel runs alongside on the same cores
+    ex = toy_explorer(work)
+    layout, deep = list(ex.drafters)[0], ex.taps[-1]
+    before, after = (explorer_update(ex, layout, s).result.tau for s in ({}, {deep: 0.0}))
+    return dict(taps=ex.taps, layouts=list(ex.drafters), layout=layout, deep=deep, before=before, after=after)
 
 
 def fresh_copy(dest: Path):
@@ -97,7 +110,6 @@ def visible_problems(page) -> list[str]:
 @pytest.mark.slow
 def test_explorer_in_jupyterlab(tmp_path):
     need_browser()
-    from dflash_nb.explore import explorer_update
     from dflash_nb.testing import fixture_root
     arts = artifacts_dir()
     print(f"\nbrowser test artifacts: {arts}")
@@ -107,7 +119,10 @@ def test_explorer_in_jupyterlab(tmp_path):
     fresh_copy(lab_root)
     token = secrets.token_hex(16)
     t0 = time.monotonic()
-    with jupyterlab(lab_root, kernel_env(fixtures), token, arts / "jupyterlab.log") as url, browser_page() as page:
+    pool = ThreadPoolExecutor(1)
+    want = pool.submit(expected, tmp_path)    # the Python side, computed while the notebook runs in the browser
+    lab = jupyterlab(lab_root, kernel_env(fixtures), token, arts / "jupyterlab.log")
+    with pool, lab as url, browser_page() as page:
         try:
             page.goto(f"{url}/lab/tree/{NB}?token={token}", timeout=120_000)
             page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=120_000)
@@ -120,15 +135,13 @@ def test_explorer_in_jupyterlab(tmp_path):
             widget.scroll_into_view_if_needed()
             sliders = {widget.locator(".widget-hslider").nth(i).locator(".widget-label").inner_text(): i
                        for i in range(widget.locator(".widget-hslider").count())}
-            ex = toy_explorer(tmp_path)
-            deep = ex.taps[-1]
-            assert sorted(sliders) == sorted(f"tap {t}" for t in ex.taps), sliders
+            w = want.result(timeout=600)
+            deep, layout, before, after = w["deep"], w["layout"], w["before"], w["after"]
+            assert sorted(sliders) == sorted(f"tap {t}" for t in w["taps"]), sliders
             assert widget.locator(".widget-dropdown select").count() == 1                       # the prompt picker
             toggle = widget.locator(".widget-toggle-buttons button")
-            layout = toggle.first.inner_text().strip()
-            assert toggle.all_inner_texts() == list(ex.drafters), toggle.all_inner_texts()      # the layout toggle
-            before = explorer_update(ex, layout, {}).result.tau
-            after = explorer_update(ex, layout, {deep: 0.0}).result.tau
+            assert [t.strip() for t in toggle.all_inner_texts()] == w["layouts"], toggle.all_inner_texts()  # layouts
+            assert "mod-active" in (toggle.first.get_attribute("class") or "")                  # first one selected
             assert f"{before:.3f}" != f"{after:.3f}", "zeroing the deepest tap must move τ, or the test proves nothing"
             assert f"{label_tau(page):.3f}" == f"{before:.3f}"
             handle = widget.locator(".widget-hslider").nth(sliders[f"tap {deep}"]).locator(".noUi-handle")
@@ -142,7 +155,7 @@ def test_explorer_in_jupyterlab(tmp_path):
             assert f"{label_tau(page):.3f}" == f"{after:.3f}"
             assert visible_problems(page) == []
             widget.screenshot(path=str(arts / "explorer-widget.png"))
-            print(f"notebook ran in {t_run:.0f} s; τ {before:.3f} -> {after:.3f} with tap {deep} at 0 "
-                  f"({layout}); screenshots in {arts}")
+            print(f"notebook ran in {t_run:.0f} s, all took {time.monotonic() - t0:.0f} s; "
+                  f"τ {before:.3f} -> {after:.3f} with tap {deep} at 0 ({layout}); screenshots in {arts}")
         finally:
             page.screenshot(path=str(arts / "explorer-page.png"), full_page=False)

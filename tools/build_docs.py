@@ -145,6 +145,8 @@ def render_nbconvert(proc: Path, out: Path):
     srcs = page_order(proc)
     nbs = {s: for_nbconvert(nbformat.read(proc / s, as_version=4)) for s in srcs if s.endswith(".ipynb")}
     fms = {s: front_matter(nbformat.read(proc / s, as_version=4)) for s in nbs}
+    mds = {s: MD_FRONT.match((proc / s).read_text()) for s in srcs if s not in nbs}
+    fms |= {s: yaml.safe_load(m.group(1)) for s, m in mds.items() if m}
     titles = {s: fms.get(s, {}).get("title") or Path(s).stem for s in srcs}
     pages = [(str(Path(s).with_suffix(".html")), titles[s]) for s in srcs]
     exporter = HTMLExporter(template_name="lab", exclude_input_prompt=True, exclude_output_prompt=True)
@@ -159,10 +161,8 @@ def render_nbconvert(proc: Path, out: Path):
                 head += f"<div class=page-description>{markdown2html(fms[s]['description'])}</div>"
             body = re.sub(r"(<main>|<body[^>]*>)", lambda m: m.group(1) + head, body, count=1)
         else:
-            src = (proc / s).read_text()
-            fm = yaml.safe_load(m.group(1)) if (m := MD_FRONT.match(src)) else {}
-            text = re.sub(r"\]\(([\w.-]+)\.(?:ipynb|qmd|md)\)", r"](\1.html)", MD_FRONT.sub("", src))
-            titles[s] = fm.get("title", titles[s])
+            fm = fms.get(s, {})
+            text = re.sub(r"\]\(([\w.-]+)\.(?:ipynb|qmd|md)\)", r"](\1.html)", MD_FRONT.sub("", (proc / s).read_text()))
             head = f"<h1 class=title>{html.escape(titles[s])}</h1>" \
                    f"<p class=page-description>{html.escape(fm.get('description', ''))}</p>"
             body = f"<!DOCTYPE html><html><head><meta charset=utf-8><title>{html.escape(titles[s])}</title></head>" \
