@@ -148,11 +148,13 @@ def render_nbconvert(proc: Path, out: Path):
     mds = {s: MD_FRONT.match((proc / s).read_text()) for s in srcs if s not in nbs}
     fms |= {s: yaml.safe_load(m.group(1)) for s, m in mds.items() if m}
     titles = {s: fms.get(s, {}).get("title") or Path(s).stem for s in srcs}
-    pages = [(str(Path(s).with_suffix(".html")), titles[s]) for s in srcs]
+    hrefs = {s: fms.get(s, {}).get("output-file") or str(Path(s).with_suffix(".html")) for s in srcs}   # as Quarto
+    pages = [(hrefs[s], titles[s]) for s in srcs]
+    link = re.compile(r"\]\(([\w.-]+\.(?:ipynb|qmd|md))(#[^)]*)?\)")
     exporter = HTMLExporter(template_name="lab", exclude_input_prompt=True, exclude_output_prompt=True)
     exporter.register_preprocessor(TagRemovePreprocessor(remove_input_tags={"remove_input"}), enabled=True)
     for s in srcs:
-        href = str(Path(s).with_suffix(".html"))
+        href = hrefs[s]
         if s in nbs:
             body, _ = exporter.from_notebook_node(nbs[s])
             body = re.sub(r"<title>.*?</title>", f"<title>{html.escape(titles[s])}</title>", body, count=1, flags=re.S)
@@ -162,7 +164,8 @@ def render_nbconvert(proc: Path, out: Path):
             body = re.sub(r"(<main>|<body[^>]*>)", lambda m: m.group(1) + head, body, count=1)
         else:
             fm = fms.get(s, {})
-            text = re.sub(r"\]\(([\w.-]+)\.(?:ipynb|qmd|md)\)", r"](\1.html)", MD_FRONT.sub("", (proc / s).read_text()))
+            text = link.sub(lambda m: f"]({hrefs.get(m.group(1), m.group(1))}{m.group(2) or ''})",
+                            MD_FRONT.sub("", (proc / s).read_text()))
             head = f"<h1 class=title>{html.escape(titles[s])}</h1>" \
                    f"<p class=page-description>{html.escape(fm.get('description', ''))}</p>"
             body = f"<!DOCTYPE html><html><head><meta charset=utf-8><title>{html.escape(titles[s])}</title></head>" \
