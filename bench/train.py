@@ -23,8 +23,8 @@ from dflash_nb.demo import DemoConfig, stage_cache, stage_train
 from dflash_nb.extract import cached_responses, extract_samples, OnlineHiddenStates
 from dflash_nb.config import default_target_layer_ids
 from dflash_nb.model import DFlashDraftModel, read_drafter_tensors
-from dflash_nb.train import (TrainConfig, Trainer, train, read_metrics, make_batch, step_loss, step_generator,
-                             acceptance_counts, acceptance_metrics, lr_at, noise_level, trainer_reads)
+from dflash_nb.train import (TrainConfig, Trainer, BatchPlan, train, read_metrics, make_batch, read_records, step_loss,
+                             step_generator, acceptance_counts, acceptance_metrics, lr_at, noise_level, trainer_reads)
 from dflash_nb.evaluate import offline_tau
 from dflash_nb.launch import launch
 from dflash_nb.toy import load_toy_target, load_prompts, toy_target_path
@@ -151,13 +151,24 @@ def hot_paths(target, data, old_data, out: Path, speed: dict, rounds: int = 5) -
             ("  host reads per non-logging step, after", str(r_new))]
 
 
+def online_records_ms(online: OnlineHiddenStates, batch_size: int, rounds: int = 3) -> tuple:
+    "ms per micro-batch of online records, (before, after): per-sample forwards copied to the CPU; one forward."
+    plan = BatchPlan(online.lengths, TrainConfig(batch_size=batch_size))
+    batches, old = [plan[i] for i in range(plan.per_epoch)], PerSampleOnline(online)
+    t_new, t_old = [], []
+    for _ in range(rounds):
+        t_new.append(timed_steps(lambda: [read_records(online, b) for b in batches], 1) / len(batches))
+        t_old.append(timed_steps(lambda: [read_records(old, b) for b in batches], 1) / len(batches))
+    return statistics.median(t_old) * 1e3, statistics.median(t_new) * 1e3
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", default="bench/out/train")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--prompts", type=int, default=96)
     ap.add_argument("--speed-steps", type=int, default=12)
-    ap.add_argument("--hot-steps", type=int, default=40, help="steps per side in the hot-path comparison")
+    ap.add_argument("--hot-steps", type=int, default=20, help="steps per side in the hot-path comparison")
     ap.add_argument("--only", choices=["all", "hot"], default="all", help="hot: only the hot-path comparison")
     a = ap.parse_args()
     work = Path(a.work)
@@ -178,6 +189,9 @@ def main():
     online = OnlineHiddenStates(target, tr, taps)
     rows += [(f"online data: {k}", v)
              for k, v in hot_paths(target, online, PerSampleOnline(online), work / "hot-online", hot)]
+    before, after = online_records_ms(online, cfg.batch_size)
+    rows += [(f"online data: ms per micro-batch of {cfg.batch_size} records (target forwards), before / after",
+              f"{before:.1f} / {after:.1f} ({before / after:.2f}x)")]
     if a.only == "hot":
         table(rows)
         return

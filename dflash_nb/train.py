@@ -776,10 +776,10 @@ def read_metrics(path) -> list[dict]:
 
 # %% ../nbs/04a_train.ipynb #27414f54
 def _gpu_utilization(device) -> int | str:
-    "`torch.cuda.utilization` (percent), or why it is unknown."
+    "`torch.cuda.utilization` (percent), or why it is unknown (no pynvml, or NVML refused: any error is reported)."
     try: return torch.cuda.utilization(device)
-    except (ImportError, RuntimeError) as e:
-        return f"unknown: {e} (torch.cuda.utilization needs pynvml: pip install nvidia-ml-py)"
+    except Exception as e:
+        return f"unknown: {e!r} (torch.cuda.utilization needs pynvml: pip install nvidia-ml-py)"
 
 # %% ../nbs/04a_train.ipynb #b0ef5c66
 def gpu_step_profile(trainer: Trainer, steps: int = 20) -> dict:
