@@ -126,12 +126,17 @@ def extract_taps(target, input_ids: torch.Tensor, tap_ids, convention: str = TAP
     return out | ({"final": got["final"]} if final else {})
 
 # %% ../nbs/03a_extract.ipynb #1ad7d2fb
+def _padded_forward(target, samples: list[dict], tap_ids, convention: str, final: bool) -> dict:
+    "`extract_taps` of `samples` (`as_sample` records) right-padded into one batch: tensors on the target's device."
+    ids = torch.nn.utils.rnn.pad_sequence([s["input_ids"] for s in samples], batch_first=True)
+    return extract_taps(target, ids, tap_ids, convention, final)
+
+# %% ../nbs/03a_extract.ipynb #843149f5
 def extract_samples(target, samples: list[dict], tap_ids, convention: str = TAP_CONVENTION, final: bool = True,
                     dtype: torch.dtype = torch.bfloat16) -> list[dict]:
     "Cache records (input_ids, loss_mask, taps [T, n_taps*H], final [T, H]) of `samples`, from one padded forward."
     ss = [as_sample(s) for s in samples]
-    ids = torch.nn.utils.rnn.pad_sequence([s["input_ids"] for s in ss], batch_first=True)
-    out = extract_taps(target, ids, tap_ids, convention, final)
+    out = _padded_forward(target, ss, tap_ids, convention, final)
     def rows(b, s): return {k: v[b, :len(s["input_ids"])].to("cpu", dtype, copy=True) for k, v in out.items()}
     return [s | rows(b, s) for b, s in enumerate(ss)]
 
@@ -164,9 +169,12 @@ class OnlineHiddenStates:
     def __repr__(self):
         tokens = sum(self.lengths)
         return f"OnlineHiddenStates({self.target_name}: {len(self)} samples, {tokens} tokens, taps {self.tap_ids})"
-    def __getitem__(self, i: int) -> dict:
-        return extract_samples(self.target, [self.samples[i]], self.tap_ids, self.convention, self.has_final,
-                               self.dtype)[0]
+    def records(self, ids: list[int]) -> list[dict]:
+        "Records of samples `ids` from one right-padded forward; taps and final stay on the target's device."
+        ss = [self.samples[i] for i in ids]
+        out = _padded_forward(self.target, ss, self.tap_ids, self.convention, self.has_final)
+        return [s | {k: v[b, :len(s["input_ids"])].to(self.dtype) for k, v in out.items()} for b, s in enumerate(ss)]
+    def __getitem__(self, i: int) -> dict: return self.records([i])[0]
     def taps_for(self, i: int, layer_ids) -> torch.Tensor:
         "Sample `i`'s taps restricted to `layer_ids` (ascending): [T, len(layer_ids)*H]."
         return select_taps(self[i]["taps"], self.tap_ids, layer_ids, self.hidden_size)

@@ -7,12 +7,14 @@ Docs: https://dflash-nb.github.io/dflash_nb/train.html.md"""
 # %% ../nbs/04a_train.ipynb #e829852e
 from __future__ import annotations
 import argparse, json, math, os, sys, time, difflib
+from collections import Counter
 import yaml
 from fastcore.docments import docments
 from dataclasses import dataclass, field, asdict, fields
 from pathlib import Path
 import torch, torch.nn as nn, torch.nn.functional as F
 import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
 from fastcore.basics import patch
 from .config import DFlashConfig, DEFAULT_ROPE_THETA
 from .config import default_target_layer_ids
@@ -27,12 +29,13 @@ from .checkpoint import (CheckpointState, save_checkpoint, latest_checkpoint, re
 # %% auto #0
 __all__ = ['LOSSES', 'SOURCES', 'SCHEDULES', 'PARALLELS', 'INIT_NORMS', 'KINDS', 'SLOT_LOSSES', 'RESUME_FREE', 'DRAFTER_KEYS',
            'TrainConfig', 'check_repro_noise', 'length_grouped_batches', 'valid_anchors', 'sample_anchors', 'Batch',
-           'make_batch', 'slot_positions', 'target_logits', 'position_weights', 'prefix_correct', 'weighted_slots',
-           'dflash_loss', 'acceptance_counts', 'acceptance_metrics', 'noise_level', 'noisy_fc_input', 'noisy_targets',
-           'lr_at', 'resolve_device', 'init_distributed', 'parallelize', 'mask_token_hint', 'drafter_config_for',
-           'norm_scale', 'init_final_norm', 'loss_targets', 'step_loss', 'slot_gradients', 'BatchPlan',
-           'step_generator', 'online_taps', 'online_data', 'Trainer', 'train', 'read_metrics', 'check_keys',
-           'load_train_config', 'train_parser', 'train_main']
+           'read_records', 'make_batch', 'slot_positions', 'target_logits', 'position_weights', 'prefix_correct',
+           'weighted_slots', 'dflash_loss', 'acceptance_counts', 'acceptance_metrics', 'noise_level', 'noisy_fc_input',
+           'noisy_targets', 'lr_at', 'resolve_device', 'init_distributed', 'parallelize', 'mask_token_hint',
+           'drafter_config_for', 'norm_scale', 'init_final_norm', 'loss_targets', 'step_loss', 'slot_gradients',
+           'BatchPlan', 'step_seed', 'step_generator', 'online_taps', 'online_data', 'Trainer', 'HostReads',
+           'trainer_reads', 'train', 'read_metrics', 'gpu_step_profile', 'check_keys', 'load_train_config',
+           'train_parser', 'train_main']
 
 # %% ../nbs/04a_train.ipynb #52886ac2
 LOSSES, SOURCES, SCHEDULES = ("ce", "kl"), ("auto", "tokens", "final", "deepest_tap"), ("constant", "linear", "cosine")
@@ -175,10 +178,16 @@ class Batch:
 def _pad(ts: list, T: int) -> torch.Tensor:
     return torch.stack([F.pad(t, (0, 0) * (t.dim() - 1) + (0, T - t.shape[0])) for t in ts])
 
+# %% ../nbs/04a_train.ipynb #8185c449
+def read_records(data, ids: list) -> list[dict]:
+    "Records `ids` of `data`: in one call when its class makes many at once (`records`: online data), else one by one."
+    if hasattr(type(data), "records"): return data.records(ids)
+    return [data[i] for i in ids]
+
 # %% ../nbs/04a_train.ipynb #4bfccdbf
 def make_batch(data, ids: list, dc: DFlashConfig, cfg: TrainConfig, generator) -> Batch:
     "Samples `ids` of `data` (a cache or any object with its interface) as a `Batch`, per `cfg`'s source and anchors."
-    recs = [data[i] for i in ids]
+    recs = read_records(data, ids)
     cut = lambda t: t[:cfg.max_len] if cfg.max_len else t
     T, H = max(len(cut(r["input_ids"])) for r in recs), data.hidden_size
     taps = lambda r, layers: select_taps(cut(r["taps"]), data.tap_ids, layers, H).float()
@@ -260,11 +269,14 @@ def noise_level(step: int, total: int, std: float, schedule: str = "constant") -
 
 # %% ../nbs/04a_train.ipynb #2adc7238
 def noisy_fc_input(fc_taps: torch.Tensor, level: float, hidden_size: int, generator: torch.Generator) -> torch.Tensor:
-    "`fc_taps` plus Gaussian noise of `level` × each tap's per-token RMS (a new tensor)."
+    "`fc_taps` plus Gaussian noise of `level` × each tap's per-token RMS (a new tensor), drawn on `fc_taps`' device."
     if level == 0: return fc_taps
+    if generator.device.type != fc_taps.device.type:
+        raise ValueError(f"The noise generator is on {generator.device} but the fc input on {fc_taps.device}: draw "
+                         "the noise where the taps are (step_generator(..., device=fc_taps.device)).")
     x = fc_taps.unflatten(-1, (-1, hidden_size))
     rms = x.pow(2).mean(-1, keepdim=True).sqrt()
-    noise = torch.randn(x.shape, generator=generator).to(x.device)
+    noise = torch.randn(x.shape, generator=generator, device=x.device)
     return (x + level * rms * noise).flatten(-2)
 
 # %% ../nbs/04a_train.ipynb #01b4994e
@@ -428,9 +440,14 @@ class BatchPlan:
         return self._epoch[1][i % self.per_epoch]
 
 # %% ../nbs/04a_train.ipynb #e1f7d8e0
-def step_generator(seed: int, step: int, micro: int, rank: int) -> torch.Generator:
-    "A generator determined by the run's seed and the position in it."
-    return torch.Generator().manual_seed(((seed * 1_000_003 + step) * 1009 + micro) * 131 + rank)
+def step_seed(seed: int, step: int, micro: int, rank: int) -> int:
+    "The seed of micro-batch `micro` of `step` on `rank`, determined by the run's seed and the position in it."
+    return ((seed * 1_000_003 + step) * 1009 + micro) * 131 + rank
+
+# %% ../nbs/04a_train.ipynb #0a2c3cd3
+def step_generator(seed: int, step: int, micro: int, rank: int, device="cpu") -> torch.Generator:
+    "A generator on `device` seeded by `step_seed`: the same numbers for the same position, run after run."
+    return torch.Generator(device).manual_seed(step_seed(seed, step, micro, rank))
 
 # %% ../nbs/04a_train.ipynb #3cd8a4bd
 def online_taps(cfg: TrainConfig, target, init: DFlashConfig | None = None) -> list[int]:
@@ -473,6 +490,7 @@ class Trainer:
         self.out = check_output_dir(cfg.out_dir, 3 * sum(p.numel() * p.element_size() for p in self.params))
         self.out.mkdir(parents=True, exist_ok=True)
         self.head = (self.target.model.get_decoder().norm, self.target.model.get_output_embeddings())
+        self._bad = torch.full((2,), -1.0, dtype=torch.float64, device=self.device)   # see `check_finite`
 
 # %% ../nbs/04a_train.ipynb #82ad47ac
 @patch
@@ -546,7 +564,9 @@ def describe(self: Trainer) -> str:
 
 # %% ../nbs/04a_train.ipynb #5a9cdee6
 def _to(b: Batch, device) -> Batch:
-    return Batch(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in vars(b).items()})
+    "`b` on `device`; host-to-device copies are queued (`non_blocking`), not waited for."
+    move = lambda v: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+    return Batch(**{k: move(v) for k, v in vars(b).items()})
 
 # %% ../nbs/04a_train.ipynb #179bc207
 @patch(as_prop=True)
@@ -554,19 +574,44 @@ def noise(self: Trainer) -> float:
     "The fc-input noise level at the current step."
     return noise_level(self.step, self.total, self.cfg.noise_std, self.cfg.noise_schedule)
 
+# %% ../nbs/04a_train.ipynb #1c069488
+@patch
+def generators(self: Trainer, micro: int) -> tuple:
+    "(anchors', noise's) generators of micro-batch `micro`; the noise's is on the drafter's device (on CPU: the same)."
+    pos = (self.cfg.seed, self.step, micro, self.rank)
+    g = step_generator(*pos)
+    return g, g if self.device.type == "cpu" else step_generator(*pos, device=self.device)
+
+# %% ../nbs/04a_train.ipynb #a300df69
+@patch
+def _watch(self: Trainer, loss: torch.Tensor, micro: int) -> None:
+    "Keep the first non-finite loss's global micro-batch and value in `self._bad`, on the device (no host read)."
+    i = torch.full((), self.step * self.cfg.grad_accum + micro, dtype=torch.float64, device=loss.device)
+    first = (self._bad[0] < 0) & ~torch.isfinite(loss.detach())
+    self._bad = torch.where(first, torch.stack([i, loss.detach().double()]), self._bad)
+
+# %% ../nbs/04a_train.ipynb #9a3dc93b
+@patch
+def check_finite(self: Trainer) -> None:
+    "Raise if a loss since the run started was NaN or inf on any rank, naming step, samples and last good checkpoint."
+    seen = torch.cat([_all_sum((self._bad[:1] >= 0).double()), self._bad]).tolist()   # one host read
+    if not seen[0]: return
+    i, loss = int(seen[1]), seen[2]
+    what = (f"Loss is {loss} at step {i // self.cfg.grad_accum + 1} (rank {self.rank}, samples {self.plan[i]})"
+            if i >= 0 else f"A loss on another rank was not finite (this is rank {self.rank})")
+    last = latest_checkpoint(self.cfg.out_dir) or "none yet"
+    raise FloatingPointError(f"{what}; stopped. Last good checkpoint: {last}. Inspect those samples, then resume.")
+
 # %% ../nbs/04a_train.ipynb #e84bc730
 @patch
 def one_batch(self: Trainer, micro: int) -> tuple:
-    "Forward and backward of micro-batch `micro` of the current step: (acceptance counts, loss, tokens)."
-    cfg, g = self.cfg, step_generator(self.cfg.seed, self.step, micro, self.rank)
+    "Forward and backward of micro-batch `micro`: (acceptance counts, loss) on the device, and its token count."
+    cfg, (g, noise_g) = self.cfg, self.generators(micro)
     b = _to(make_batch(self.data, self.plan[self.step * cfg.grad_accum + micro], self.dc, cfg, g), self.device)
-    out = step_loss(self.run, b, self.dc, cfg, self.head, (self.noise, g))
-    if not torch.isfinite(out["loss"]):
-        raise FloatingPointError(f"Loss is {out['loss'].item()} at step {self.step + 1} (rank {self.rank}, samples "
-                                 f"{b.ids}); stopped. Last good checkpoint: "
-                                 f"{latest_checkpoint(cfg.out_dir) or 'none yet'}. Inspect those samples, then resume.")
+    out = step_loss(self.run, b, self.dc, cfg, self.head, (self.noise, noise_g))
+    self._watch(out["loss"], micro)
     (out["loss"] / cfg.grad_accum).backward()
-    return acceptance_counts(out["correct"], out["supervised"]).cpu(), out["loss"].item(), int(b.loss_mask.numel())
+    return acceptance_counts(out["correct"], out["supervised"]), out["loss"].detach(), b.loss_mask.numel()
 
 # %% ../nbs/04a_train.ipynb #31d0dd6b
 def _all_sum(t: torch.Tensor) -> torch.Tensor:
@@ -574,31 +619,40 @@ def _all_sum(t: torch.Tensor) -> torch.Tensor:
     return t
 
 # %% ../nbs/04a_train.ipynb #d303ec30
-def _value(t: torch.Tensor) -> float:
-    "A scalar tensor's value; FSDP's grad norm is a replicated DTensor."
-    return (t.full_tensor() if hasattr(t, "full_tensor") else t).item()
+def _whole(t: torch.Tensor) -> torch.Tensor:
+    "A scalar tensor as a plain tensor; FSDP's grad norm is a replicated DTensor."
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 # %% ../nbs/04a_train.ipynb #6f1b76f9
 @patch
 def one_step(self: Trainer) -> dict:
-    "Optimizer step `self.step` over `grad_accum` micro-batches, then advance; returns its metrics, summed over ranks."
+    "Optimizer step `self.step` over `grad_accum` micro-batches, then advance; its sums, left on the device."
     cfg, t0, noise = self.cfg, time.perf_counter(), self.noise
-    counts, loss, toks = torch.zeros(3, self.dc.block_size - 1, dtype=torch.float64), 0.0, 0
+    counts = torch.zeros(3, self.dc.block_size - 1, dtype=torch.float64, device=self.device)
+    loss, toks = torch.zeros((), dtype=torch.float64, device=self.device), 0
     for micro in range(cfg.grad_accum):
         c, lo, n = self.one_batch(micro)
-        counts, loss, toks = counts + c, loss + lo / cfg.grad_accum, toks + n
-    grad_norm = _value(torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip))
+        counts, loss, toks = counts + c, loss + lo.double() / cfg.grad_accum, toks + n
+    grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)
     lr = lr_at(self.step, self.total, cfg.lr, cfg.warmup)
     for grp in self.opt.param_groups: grp["lr"] = lr
     self.opt.step()
     self.opt.zero_grad(set_to_none=True)
     self.step += 1
-    tot = _all_sum(torch.cat([counts.flatten(), torch.tensor([loss, toks], dtype=torch.float64)]).to(self.device))
-    tot = tot.cpu()
-    rec = {"step": self.step, "loss": tot[-2].item() / self.world, "lr": lr, "grad_norm": grad_norm,
-           **acceptance_metrics(tot[:-2].view(3, -1)), "tokens_per_s": tot[-1].item() / (time.perf_counter() - t0),
-           "noise": noise}
-    return rec | ({"repro_noise_on_targets": True} if cfg.repro_noise_on_targets else {})
+    return dict(step=self.step, lr=lr, noise=noise, t0=t0, counts=counts, loss=loss, tokens=toks, grad_norm=grad_norm)
+
+# %% ../nbs/04a_train.ipynb #70cbefc2
+@patch
+def record(self: Trainer, sums: dict) -> dict:
+    "The metrics of a step from its `one_step` sums: summed over ranks, read by the host at once, after `check_finite`."
+    self.check_finite()
+    toks = torch.full((1,), sums["tokens"], dtype=torch.float64, device=self.device)
+    tot = _all_sum(torch.cat([sums["counts"].flatten(), sums["loss"].view(1), toks]))
+    tot = torch.cat([tot, _whole(sums["grad_norm"]).detach().double().view(1).to(tot.device)]).cpu()   # one host read
+    rec = {"step": sums["step"], "loss": tot[-3].item() / self.world, "lr": sums["lr"], "grad_norm": tot[-1].item(),
+           **acceptance_metrics(tot[:-3].view(3, -1)),
+           "tokens_per_s": tot[-2].item() / (time.perf_counter() - sums["t0"]), "noise": sums["noise"]}
+    return rec | ({"repro_noise_on_targets": True} if self.cfg.repro_noise_on_targets else {})
 
 # %% ../nbs/04a_train.ipynb #40f09a56
 def _gather(obj, world: int) -> list:
@@ -611,6 +665,7 @@ def _gather(obj, world: int) -> list:
 @patch
 def save(self: Trainer) -> None:
     "Checkpoint the current step: rank 0 writes the whole weights and optimizer state, all ranks' RNGs and digests."
+    self.check_finite()                               # never checkpoint weights a NaN step has touched
     tensors = whole_weights(self.model, self.sharded)
     opt_state = whole_optimizer_state(self.model, self.opt, self.sharded)
     rngs = _gather(torch.get_rng_state(), self.world)
@@ -623,6 +678,13 @@ def save(self: Trainer) -> None:
 # %% ../nbs/04a_train.ipynb #e5e656c8
 @patch
 def _due(self: Trainer, every: int) -> bool: return self.step % every == 0 or self.step == self.total
+
+# %% ../nbs/04a_train.ipynb #62492bda
+@patch
+def _logging(self: Trainer) -> bool:
+    "Whether the step just taken is recorded: `log_every` or `slot_grads_every` (the same answer on every rank)."
+    sg = self.cfg.slot_grads_every
+    return self._due(self.cfg.log_every) or bool(sg and self.step % sg == 0)
 
 # %% ../nbs/04a_train.ipynb #5f5a80c0
 @patch
@@ -649,16 +711,51 @@ def fit(self: Trainer, stop_after: int | None = None) -> Path | None:
     if show or (self.rank == 0 and cfg.repro_noise_on_targets): print(self.describe(), flush=True)
     bar = tqdm(total=self.total, initial=self.step, disable=not show, desc="train")
     while self.step < self.total:
-        rec = self.one_step()
+        sums = self.one_step()
         bar.update()
-        bar.set_postfix(loss=f"{rec['loss']:.3f}", tau=f"{rec['tau_est']:.2f}")
-        if self.rank == 0 and cfg.slot_grads_every and self.step % cfg.slot_grads_every == 0:
-            rec["slot_grads"] = self.slot_grads()
-        if self.rank == 0 and (self._due(cfg.log_every) or "slot_grads" in rec): self.log(rec)
+        if self._logging():
+            rec = self.record(sums)
+            bar.set_postfix(loss=f"{rec['loss']:.3f}", tau=f"{rec['tau_est']:.2f}")
+            if self.rank == 0 and cfg.slot_grads_every and self.step % cfg.slot_grads_every == 0:
+                rec["slot_grads"] = self.slot_grads()
+            if self.rank == 0: self.log(rec)
         if self._due(cfg.save_every): self.save()
         if stop_after and self.step >= stop_after: break
+    self.check_finite()
     bar.close()
     return latest_checkpoint(self.out)
+
+# %% ../nbs/04a_train.ipynb #76c2af9c
+_TORCH_DIR, _INLINE = os.path.dirname(torch.__file__), ("<dictcomp>", "<listcomp>", "<genexpr>", "<lambda>")
+
+class HostReads(TorchDispatchMode):
+    "In the block, `counts` of host reads of tensor values, by the function that asked (see above)."
+    def __init__(self, skip=(), only: str | None = None):
+        super().__init__()
+        self.counts, self._skip, self._saved = Counter(), {t.untyped_storage().data_ptr() for t in skip}, {}
+        self.only = only                                                      # a device type, or None: count all
+    def _count(self, t: torch.Tensor):
+        if t.untyped_storage().data_ptr() in self._skip or self.only not in (None, t.device.type): return
+        f = sys._getframe(2)
+        while f.f_back and (f.f_code.co_filename.startswith(_TORCH_DIR) or f.f_code.co_name in _INLINE): f = f.f_back
+        self.counts[f.f_code.co_name] += 1
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default: self._count(args[0])
+        return func(*args, **(kwargs or {}))
+    def __enter__(self):
+        for name in ("tolist", "numpy", "cpu"):
+            f = self._saved[name] = getattr(torch.Tensor, name)
+            setattr(torch.Tensor, name, lambda t, *a, _f=f, **k: (self._count(t), _f(t, *a, **k))[1])
+        return super().__enter__()
+    def __exit__(self, *exc):
+        for name, f in self._saved.items(): setattr(torch.Tensor, name, f)
+        return super().__exit__(*exc)
+
+# %% ../nbs/04a_train.ipynb #7b0f6f5b
+def trainer_reads(trainer: Trainer) -> HostReads:
+    "`HostReads` of tensors on `trainer`'s device (all on CPU), skipping its AdamW step counters (host tensors)."
+    only = None if trainer.device.type == "cpu" else trainer.device.type
+    return HostReads(skip=[s["step"] for s in trainer.opt.state.values() if torch.is_tensor(s.get("step"))], only=only)
 
 # %% ../nbs/04a_train.ipynb #d7f97df0
 def train(cfg: TrainConfig, target=None, data=None, stop_after: int | None = None) -> Path:
@@ -676,6 +773,30 @@ def read_metrics(path) -> list[dict]:
         r = json.loads(line)
         recs[r["step"]] = r
     return [recs[k] for k in sorted(recs)]
+
+# %% ../nbs/04a_train.ipynb #27414f54
+def _gpu_utilization(device) -> int | str:
+    "`torch.cuda.utilization` (percent), or why it is unknown (no pynvml, or NVML refused: any error is reported)."
+    try: return torch.cuda.utilization(device)
+    except Exception as e:
+        return f"unknown: {e!r} (torch.cuda.utilization needs pynvml: pip install nvidia-ml-py)"
+
+# %% ../nbs/04a_train.ipynb #b0ef5c66
+def gpu_step_profile(trainer: Trainer, steps: int = 20) -> dict:
+    "Device ms per optimizer step (CUDA events), host ms to queue one, and GPU utilisation, over `steps` steps."
+    if trainer.device.type != "cuda":
+        raise RuntimeError(f"gpu_step_profile times CUDA steps, and this trainer runs on {trainer.device}: build it "
+                           "with device='cuda' (or 'auto') on a machine with a GPU.")
+    trainer.one_step()                                                  # warm-up: kernels, AdamW state
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize(trainer.device)
+    t0 = time.perf_counter()
+    start.record()
+    for _ in range(steps): trainer.one_step()
+    end.record()
+    host_ms, util = (time.perf_counter() - t0) * 1e3 / steps, _gpu_utilization(trainer.device)
+    end.synchronize()
+    return {"step_ms": start.elapsed_time(end) / steps, "host_ms_to_queue": host_ms, "gpu_utilization_pct": util}
 
 # %% ../nbs/04a_train.ipynb #75275372
 def check_keys(d: dict, valid, where: str):
