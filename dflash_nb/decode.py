@@ -16,16 +16,16 @@ from fastcore.basics import patch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 from .config import TAP_CONVENTION
-from .model import DFlashDraftModel, ContextCache, rope_cos_sin, dflash_mask_mod, dense_mask
+from .model import DFlashDraftModel, ContextCache, apply_rope, rope_cos_sin, dflash_mask_mod, dense_mask
 from .target import Target, linear_attention_layers
 from .extract import capture_layers, tap_sites, prompt_token_ids, eos_token_ids
 from .evaluate import DraftTree, build_tree, tree_attention_mask, walk_tree
 
 # %% auto #0
 __all__ = ['TargetPass', 'new_cache', 'target_pass', 'clock', 'stop_ids', 'finish_tokens', 'greedy_generate', 'Decoding',
-           'check_decodable', 'start_decoding', 'accepted_prefix', 'block_attend', 'draft_block', 'conv_windows',
-           'delta_rule_tree', 'NodeByNodeMixer', 'node_by_node', 'keep_node_state', 'drop_last_kv', 'rollback',
-           'chain_round', 'tree_inputs', 'keep_kv', 'tree_round', 'speculative_generate', 'time_per_token']
+           'check_decodable', 'start_decoding', 'accepted_prefix', 'block_attend', 'block_layer', 'draft_block',
+           'conv_windows', 'delta_rule_tree', 'NodeByNodeMixer', 'node_by_node', 'keep_node_state', 'drop_last_kv',
+           'rollback', 'chain_round', 'tree_inputs', 'keep_kv', 'tree_round', 'speculative_generate', 'time_per_token']
 
 # %% ../nbs/07_decode.ipynb #e5bf587b
 @dataclass
@@ -164,22 +164,34 @@ def block_attend(a, ctx_len: int, block_size: int, device):
         mask = dense_mask(mod, 1, block_size, ctx_len + block_size, device)
     return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
 
+# %% ../nbs/07_decode.ipynb #b1c4e7a2
+def block_layer(layer, x: torch.Tensor, ctx: tuple, new_h: torch.Tensor, rope: tuple, attend):
+    "One drafter layer on block `x` [1, B, H]: K/V of the new context `new_h` and of the block in one projection."
+    a, (cos, sin), (k0, v0) = layer.self_attn, rope, ctx
+    h = layer.input_layernorm(x)
+    k, v = a.project_kv(torch.cat([new_h, h], 1), cos, sin)
+    k, v = torch.cat([k0, k], 2), torch.cat([v0, v], 2)
+    B = x.shape[1]
+    q = a.q_norm(a.q_proj(h).view(1, B, a.nh, a.hd).transpose(1, 2))
+    q = apply_rope(q, cos[:, -B:], sin[:, -B:])
+    x = x + a.o_proj(attend(q, k, v).transpose(1, 2).reshape(1, B, -1))
+    return x + layer.mlp(layer.post_attention_layernorm(x)), (k[:, :, :-B], v[:, :, :-B])
+
 # %% ../nbs/07_decode.ipynb #590205de
 @patch
 def draft_step(self: DFlashDraftModel, anchor: torch.Tensor, context: ContextCache, taps: torch.Tensor):
     "Append fc taps [1, t, n_fc*H] to `context` and draft the block at token `anchor` [1]: (logits [B-1, V], context)."
-    c, p = self.config, context.length + taps.shape[1]
+    c, start, p = self.config, context.length, context.length + taps.shape[1]
     if p + c.block_size > c.max_position_embeddings:
         raise ValueError(f"Block positions reach {p + c.block_size - 1}, beyond max_position_embeddings="
                          f"{c.max_position_embeddings}: decode fewer tokens or use a drafter made for longer contexts.")
     with torch.no_grad():
-        new, x = self.fused_context(taps, context.length), self.embed_blocks(anchor)
-        cos, sin = rope_cos_sin(torch.arange(p, p + c.block_size, device=x.device)[None], *self.rope(x.device))
+        new_h, x = self.fuse_context(taps), self.embed_blocks(anchor)
+        rope = rope_cos_sin(torch.arange(start, p + c.block_size, device=x.device)[None], *self.rope(x.device))
         kv = []
-        for layer, (k0, v0), a in zip(self.layers, context.kv, c.layer_attention):
-            k, v = layer.self_attn.project_kv(new.h, new.cos, new.sin)
-            kv.append((torch.cat([k0, k], 2), torch.cat([v0, v], 2)))
-            x = layer(x, kv[-1], cos, sin, block_attend(a, p, c.block_size, x.device))
+        for layer, ctx, a in zip(self.layers, context.kv, c.layer_attention):
+            x, ctx = block_layer(layer, x, ctx, new_h, rope, block_attend(a, p, c.block_size, x.device))
+            kv.append(ctx)
         return self.logits(self.norm(x[:, 1:]))[0], ContextCache(kv, p)
 
 # %% ../nbs/07_decode.ipynb #3f201ecd
