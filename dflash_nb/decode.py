@@ -210,9 +210,9 @@ def conv_windows(parents: torch.Tensor, k: int) -> torch.Tensor:
     return torch.stack(cols, 1)
 
 # %% ../nbs/07_decode.ipynb #e4fe982e
-def delta_rule_tree(q, k, v, g, beta, state: torch.Tensor, parents: torch.Tensor):
+def delta_rule_tree(qkv: tuple, g, beta, state: torch.Tensor, parents: torch.Tensor):
     "Gated delta rule per node from its parent's state (-1: `state`): outputs [T, H, dv], states [T, 1, H, dk, dv]."
-    out, states = [], []
+    (q, k, v), out, states = qkv, [], []
     for i, p in enumerate(parents.tolist()):
         s = (state if p < 0 else states[p]) * g[i].exp()[:, None, None]
         s = s + k[i][:, :, None] * ((v[i] - (s * k[i][:, :, None]).sum(-2)) * beta[i][:, None])[..., None, :]
@@ -247,7 +247,7 @@ class NodeByNodeMixer:
         q, k, v, windows = self.qkv(h, cache.get_conv_state(m.layer_idx))
         g = -m.A_log.float().exp() * F.softplus(m.in_proj_a(h).float() + m.dt_bias)
         beta = m.in_proj_b(h).sigmoid().float()
-        o, states = delta_rule_tree(q, k, v, g, beta, cache.get_recurrent_state(m.layer_idx).float(), self.parents)
+        o, states = delta_rule_tree((q, k, v), g, beta, cache.get_recurrent_state(m.layer_idx).float(), self.parents)
         self.record[m.layer_idx] = (windows, states)
         o = m.norm(o.to(h.dtype).reshape(-1, m.head_v_dim), m.in_proj_z(h).reshape(-1, m.head_v_dim))
         return m.out_proj(o.reshape(1, len(h), -1))
