@@ -165,17 +165,21 @@ def block_attend(a, ctx_len: int, block_size: int, device):
     return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
 
 # %% ../nbs/07_decode.ipynb #b1c4e7a2
+def _rms(norm, x: torch.Tensor) -> torch.Tensor:
+    "`norm(x)` of a drafter RMSNorm in one fused `F.rms_norm` (equal to float rounding)."
+    return norm.weight * F.rms_norm(x.float(), norm.weight.shape, eps=norm.eps).to(x.dtype)
+
 def block_layer(layer, x: torch.Tensor, ctx: tuple, new_h: torch.Tensor, rope: tuple, attend):
     "One drafter layer on block `x` [1, B, H]: K/V of the new context `new_h` and of the block in one projection."
-    a, (cos, sin), (k0, v0) = layer.self_attn, rope, ctx
-    h = layer.input_layernorm(x)
-    k, v = a.project_kv(torch.cat([new_h, h], 1), cos, sin)
-    k, v = torch.cat([k0, k], 2), torch.cat([v0, v], 2)
-    B = x.shape[1]
-    q = a.q_norm(a.q_proj(h).view(1, B, a.nh, a.hd).transpose(1, 2))
-    q = apply_rope(q, cos[:, -B:], sin[:, -B:])
+    a, (cos, sin), (k0, v0), B = layer.self_attn, rope, ctx, x.shape[1]
+    heads = lambda t, n: t.view(1, t.shape[1], n, a.hd).transpose(1, 2)
+    h = _rms(layer.input_layernorm, x)
+    kv_in = torch.cat([new_h, h], 1)
+    k = torch.cat([k0, apply_rope(_rms(a.k_norm, heads(a.k_proj(kv_in), a.nkv)), cos, sin)], 2)
+    v = torch.cat([v0, heads(a.v_proj(kv_in), a.nkv)], 2)
+    q = apply_rope(_rms(a.q_norm, heads(a.q_proj(h), a.nh)), cos[:, -B:], sin[:, -B:])
     x = x + a.o_proj(attend(q, k, v).transpose(1, 2).reshape(1, B, -1))
-    return x + layer.mlp(layer.post_attention_layernorm(x)), (k[:, :, :-B], v[:, :, :-B])
+    return x + layer.mlp(_rms(layer.post_attention_layernorm, x)), (k[:, :, :-B], v[:, :, :-B])
 
 # %% ../nbs/07_decode.ipynb #590205de
 @patch
@@ -192,7 +196,7 @@ def draft_step(self: DFlashDraftModel, anchor: torch.Tensor, context: ContextCac
         for layer, ctx, a in zip(self.layers, context.kv, c.layer_attention):
             x, ctx = block_layer(layer, x, ctx, new_h, rope, block_attend(a, p, c.block_size, x.device))
             kv.append(ctx)
-        return self.logits(self.norm(x[:, 1:]))[0], ContextCache(kv, p)
+        return self.logits(_rms(self.norm, x[:, 1:]))[0], ContextCache(kv, p)
 
 # %% ../nbs/07_decode.ipynb #3f201ecd
 def draft_block(s: Decoding) -> torch.Tensor:
