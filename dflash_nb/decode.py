@@ -189,7 +189,7 @@ def draft_step(self: DFlashDraftModel, anchor: torch.Tensor, context: ContextCac
     if p + c.block_size > c.max_position_embeddings:
         raise ValueError(f"Block positions reach {p + c.block_size - 1}, beyond max_position_embeddings="
                          f"{c.max_position_embeddings}: decode fewer tokens or use a drafter made for longer contexts.")
-    with torch.no_grad():
+    with torch.inference_mode():                   # less per-op bookkeeping than no_grad
         new_h, x = self.fuse_context(taps), self.embed_blocks(anchor)
         rope = rope_cos_sin(torch.arange(start, p + c.block_size, device=x.device)[None], *self.rope(x.device))
         kv = []
