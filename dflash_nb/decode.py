@@ -25,7 +25,8 @@ from .evaluate import DraftTree, build_tree, tree_attention_mask, walk_tree
 __all__ = ['TargetPass', 'new_cache', 'target_pass', 'clock', 'stop_ids', 'finish_tokens', 'greedy_generate', 'Decoding',
            'check_decodable', 'start_decoding', 'accepted_prefix', 'block_attend', 'block_layer', 'draft_block',
            'conv_windows', 'delta_rule_tree', 'NodeByNodeMixer', 'node_by_node', 'keep_node_state', 'drop_last_kv',
-           'rollback', 'chain_round', 'tree_inputs', 'keep_kv', 'tree_round', 'speculative_generate', 'time_per_token']
+           'rollback', 'chain_round', 'tree_inputs', 'keep_kv', 'tree_round', 'speculative_generate',
+           'decode_comparison', 'time_per_token']
 
 # %% ../nbs/07_decode.ipynb #e5bf587b
 @dataclass
@@ -140,6 +141,7 @@ def check_decodable(target: Target, drafter, tree_budget: int | None = None):
         raise ValueError(f"tree_budget={tree_budget}: a tree needs at least 1 node.")
 
 # %% ../nbs/07_decode.ipynb #72b3ce67
+@torch.no_grad()
 def start_decoding(target: Target, drafter, prompt_ids) -> tuple[Decoding, float]:
     "Prefill `target` with the prompt; return the decoding state (context = the prompt's taps) and the prefill seconds."
     c, cache = drafter.config, new_cache(target)
@@ -354,19 +356,32 @@ def speculative_generate(target: Target, drafter, prompt_ids, max_new_tokens: in
                 tau=sum(s.acceptance) / n, prefill_s=prefill_s, decode_s=sum(s.times.values()), **s.times,
                 rollback_s_per_round=s.times["rollback_s"] / n)
 
+# %% ../nbs/07_decode.ipynb #f1a2b3c4
+def _figures(base: float, pairs: list) -> dict:
+    "Speed figures of (greedy run, speculative run) pairs, target-only seconds per token `base`."
+    total = lambda f: sum(f(s) for _, s in pairs)
+    spec = total(lambda r: r["decode_s"]) / max(total(lambda r: len(r["tokens"]) - 1), 1)
+    rounds = max(total(lambda r: len(r["acceptance"])), 1)
+    per_round = {f"{k}_per_round": total(lambda r: r[k]) / rounds for k in ("draft_s", "verify_s", "rollback_s")}
+    return dict(target_s_per_token=base, speculative_s_per_token=spec, speedup=base / spec,
+                tau=total(lambda r: sum(r["acceptance"])) / rounds, **per_round,
+                lossless=all(g["tokens"] == s["tokens"] for g, s in pairs))
+
+# %% ../nbs/07_decode.ipynb #f1a2b3c5
+def decode_comparison(target: Target, drafters: dict, prompts, max_new_tokens: int, eos_token_id=None,
+                      budgets: tuple = (None,)) -> dict:
+    "`time_per_token`'s figures for every drafter × budget (None: chain), the target decoding each prompt once."
+    modes = [(name, b) for name in drafters for b in budgets]
+    spec = lambda p, n, m: speculative_generate(target, drafters[m[0]], p, n, eos_token_id, m[1])
+    greedy_generate(target, prompts[0], min(max_new_tokens, 8), eos_token_id)       # warm-up
+    for m in modes: spec(prompts[0], min(max_new_tokens, 8), m)
+    runs = [(greedy_generate(target, p, max_new_tokens, eos_token_id), {m: spec(p, max_new_tokens, m) for m in modes})
+            for p in prompts]
+    base = sum(g["decode_s"] for g, _ in runs) / max(sum(len(g["tokens"]) - 1 for g, _ in runs), 1)
+    return {m: _figures(base, [(g, s[m]) for g, s in runs]) for m in modes}
+
 # %% ../nbs/07_decode.ipynb #954105f1
 def time_per_token(target: Target, drafter, prompts, max_new_tokens: int, eos_token_id=None,
                    tree_budget: int | None = None) -> dict:
     "Target-only vs speculative s/token over `prompts` (no prefill; eos as `greedy_generate`), τ, speedup, phase costs."
-    def run(p, n):
-        return (greedy_generate(target, p, n, eos_token_id),
-                speculative_generate(target, drafter, p, n, eos_token_id, tree_budget))
-    run(prompts[0], min(max_new_tokens, 8))                # warm-up
-    pairs = [run(p, max_new_tokens) for p in prompts]
-    total = lambda i, f: sum(f(r[i]) for r in pairs)
-    base, spec = (total(i, lambda r: r["decode_s"]) / max(total(i, lambda r: len(r["tokens"]) - 1), 1) for i in (0, 1))
-    rounds = max(total(1, lambda r: len(r["acceptance"])), 1)
-    per_round = {f"{k}_per_round": total(1, lambda r: r[k]) / rounds for k in ("draft_s", "verify_s", "rollback_s")}
-    return dict(target_s_per_token=base, speculative_s_per_token=spec, speedup=base / spec,
-                tau=total(1, lambda r: sum(r["acceptance"])) / rounds, **per_round,
-                lossless=all(g["tokens"] == s["tokens"] for g, s in pairs))
+    return decode_comparison(target, {0: drafter}, prompts, max_new_tokens, eos_token_id, (tree_budget,))[0, tree_budget]

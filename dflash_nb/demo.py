@@ -7,7 +7,6 @@ Docs: https://dflash-nb.github.io/dflash_nb/demo.html.md"""
 # %% ../nbs/10_demo.ipynb #e4890f2e
 from __future__ import annotations
 import argparse, json, time
-from functools import partial
 import torch
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
@@ -173,16 +172,14 @@ def _json_stage(path: Path, compute):
 # %% ../nbs/10_demo.ipynb #3dd468f6
 def stage_online(target, ckpts: dict, samples: list[dict], path: Path, cfg: DemoConfig) -> dict:
     "Online chain and DDTree-(B-1) decoding of the eval prompts per drafter: τ, speedup, losslessness (JSON at `path`)."
-    from dflash_nb.decode import time_per_token
+    from dflash_nb.decode import decode_comparison
     from dflash_nb.extract import eos_token_ids
     prompts, eq = [s["input_ids"][s["loss_mask"] == 0].tolist() for s in samples], cfg.drafter.get("block_size", 16) - 1
-    def decode(c):
-        d = DFlashDraftModel.from_pretrained(c, target_model=target.model).eval()
-        run = partial(time_per_token, target, d, prompts, cfg.max_new_tokens, eos_token_ids(target))
-        return run() | {"ddtree": run(tree_budget=eq) | {"budget": eq}}
     old = json.loads(path.read_text()) if path.exists() else {}
     if old and all(o.get("ddtree", {}).get("budget") == eq for o in old.values()): return old
-    res = {n: decode(c) for n, c in tqdm(ckpts.items(), desc="online decode", disable=not cfg.progress)}
+    drafters = {n: DFlashDraftModel.from_pretrained(c, target_model=target.model).eval() for n, c in ckpts.items()}
+    figs = decode_comparison(target, drafters, prompts, cfg.max_new_tokens, eos_token_ids(target), (None, eq))
+    res = {n: figs[n, None] | {"ddtree": figs[n, eq] | {"budget": eq}} for n in drafters}
     _write_text(path, json.dumps(res, indent=1))
     return res
 
