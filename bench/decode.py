@@ -1,28 +1,126 @@
-"""Speculative decoding benchmark: offline vs online τ, DDTree τ, wall-clock speedup over target-only greedy decoding,
-and the hybrid rollback cost per round. Prints a table; asserts nothing.
+"""Speculative decoding benchmark: offline vs online τ (chain and DDTree), wall-clock speedup over target-only greedy
+decoding, and the per-round breakdown (draft, verify, rollback) of today's path next to the previous one, measured in
+the same run. Prints tables; asserts nothing.
 
     python bench/decode.py [--drafter PATH] [--prompts 24] [--max-new-tokens 64] [--train-steps 300] [--threads 1]
-                           [--target PATH]
+                           [--target PATH] [--dense-prompts 8]
 
 Target: the toy target (`dflash_nb.toy.load_toy_target`, a Qwen3.5 hybrid) unless `--target` names a local HF model
 directory; a random tiny Qwen3.5 of the toy's shape if neither is available. Prompts: the toy's eval prompts.
 Drafter: `--drafter PATH` (a hub-layout checkpoint); else one trained here for `--train-steps` steps on a small cache of
 regenerated train-prompt responses (dflash_nb.train); `--train-steps 0` uses a random drafter (τ near 1).
-Online DDTree needs an attention-only target: on a hybrid it reports why not (the error of `check_decodable`).
+
+Before / after. "before" is the path `dflash_nb.decode` had until this change, kept below as `reference_generate`: a
+chain round drafted with two drafter calls (`extend_context` with the accepted taps, then `draft_logits` of all B
+slots), verified with the model's own forward (chunked Gated DeltaNet), and on a hybrid target rolled back by
+snapshotting the linear-attention states before the verify, restoring them and re-running those layers over the kept
+tokens. "after" is `speculative_generate`: one fused `draft_step`, a verify that records every node's Gated DeltaNet
+state, and a rollback that copies one of them. Both run on the same prompts, interleaved with the target-only decode
+(t1 = target-only seconds per token). The ideal speedup of a path is τ·t1/t_verify (all time spent verifying); the
+ratio measured ÷ ideal says how much drafting, rollback and bookkeeping cost on top.
+
+A second target, attention-only: a random Qwen3 of the first target's shape (layers, hidden, vocab) built here, with a
+random drafter of the same shape whose drafts are replaced by the target's greedy tokens wrong from a scheduled slot on
+(the drafter's forward still runs, so its cost is real; τ is set by the schedule, about that of the trained drafter).
 """
 import argparse, tempfile, time
 from pathlib import Path
 import torch
 from dflash_nb.config import default_target_layer_ids
-from dflash_nb.decode import check_decodable, speculative_generate, time_per_token
+from dflash_nb.decode import (Decoding, accepted_prefix, check_decodable, drop_last_kv, finish_tokens,
+                              greedy_generate, speculative_generate, start_decoding, stop_ids)
 from dflash_nb.evaluate import offline_tau
 from dflash_nb.cache import HiddenStateCache, check_compatible, CacheLayout
-from dflash_nb.extract import eos_token_ids, extract_to_cache, generate_responses, prompt_token_ids
+from dflash_nb.extract import capture_layers, eos_token_ids, extract_to_cache, generate_responses, prompt_token_ids
+from dflash_nb.extract import tap_sites
 from dflash_nb.model import DFlashDraftModel
-from dflash_nb.target import load_target, tiny_target
+from dflash_nb.target import linear_attention_layers, load_target, tiny_target
 from dflash_nb.train import TrainConfig, train
+from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
 BUDGETS = (8, 16, 32)
+
+
+# ---- "before": the decode path as it was, kept as the reference the new one is measured against ----------------------
+def reference_linear_states(cache) -> dict:
+    "A copy of every linear-attention layer's (conv, recurrent) states."
+    copy = lambda states: {k: v.clone() for k, v in states.items()}
+    return {i: (copy(l.conv_states), copy(l.recurrent_states))
+            for i, l in enumerate(cache.layers) if isinstance(l, LinearAttentionCacheLayerMixin)}
+
+
+def reference_restore(cache, snapshot: dict):
+    "Write `snapshot` back into the cache's tensors, in place."
+    for i, (conv, rec) in snapshot.items():
+        for k, v in conv.items(): cache.layers[i].conv_states[k].copy_(v)
+        for k, v in rec.items(): cache.layers[i].recurrent_states[k].copy_(v)
+
+
+@torch.no_grad()
+def reference_verify(s: Decoding, fed: torch.Tensor, keep_inputs: bool):
+    "The model's own forward of `fed`: (next tokens, fc taps, {linear layer: its input}) ."
+    sites = tap_sites(s.drafter.config.fc_layer_ids, s.target.num_layers, s.drafter.config.tap_convention)
+    mixers = {m.layer_idx: m for m in linear_attention_layers(s.target.model)} if keep_inputs else {}
+    with capture_layers(s.target.decoder_layers, sites) as got, \
+         capture_layers(mixers, {i: (i, "input") for i in mixers}) as inputs:
+        logits = s.target.model(input_ids=fed[None].to(s.device), cache=s.cache, use_cache=True).logits
+    return logits[0].argmax(-1), torch.cat([got[k] for k in sorted(got)], -1)[0], dict(inputs)
+
+
+@torch.no_grad()
+def reference_round(s: Decoding):
+    "One chain round of the previous path: two drafter calls, snapshot, verify, restore + replay of the linear layers."
+    s.lap()
+    s.context, s.pending = s.drafter.extend_context(s.pending, s.context), s.pending[:, :0]
+    drafts = s.drafter.draft_logits(torch.tensor([s.tokens[-1]], device=s.device), s.context)[0, 1:].argmax(-1)
+    s.lap("draft_s")
+    snapshot = reference_linear_states(s.cache)
+    s.lap("rollback_s")
+    fed = torch.cat([drafts.new_tensor(s.tokens[-1:]), drafts])
+    next_tokens, taps, inputs = reference_verify(s, fed, bool(snapshot))
+    n = accepted_prefix(drafts, next_tokens[:-1])
+    s.lap("verify_s")
+    if n < len(drafts):
+        drop_last_kv(s.cache, len(fed) - n - 1)
+        if snapshot:
+            reference_restore(s.cache, snapshot)
+            for m in linear_attention_layers(s.target.model):
+                m(hidden_states=inputs[m.layer_idx][:, :n + 1], cache=s.cache)
+        s.lap("rollback_s")
+    s.pending = taps[None, :n + 1]
+    s.tokens += drafts[:n].tolist() + [next_tokens[n].item()]
+    s.acceptance.append(n + 1)
+
+
+def reference_generate(target, drafter, prompt_ids, max_new_tokens: int, eos_token_id=None) -> dict:
+    "`speculative_generate` (chain) of the previous path."
+    s, prefill_s = start_decoding(target, drafter, prompt_ids)
+    eos = stop_ids(target, eos_token_id)
+    while len(s.tokens) < max_new_tokens and not eos & set(s.tokens): reference_round(s)
+    return dict(tokens=finish_tokens(s.tokens, max_new_tokens, eos), acceptance=s.acceptance, prefill_s=prefill_s,
+                **s.times)
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+class ScheduledDrafter(torch.nn.Module):
+    "A real drafter whose drafts become `seqs[prompt]` (prompt + greedy tokens), wrong from slot `wrong[p % len]` on."
+    def __init__(self, drafter, wrong):
+        super().__init__()
+        self.drafter, self.config, self.wrong, self.seq = drafter, drafter.config, wrong, []
+    device = property(lambda self: self.drafter.device)
+    def extend_context(self, taps, cache=None): return self.drafter.extend_context(taps, cache)
+    def script(self, logits, p):
+        "The logits [B-1, V] of slots 1.. for the anchor at position p, made to draft the script."
+        B, V = self.config.block_size, self.config.vocab_size
+        truth, k = torch.tensor((self.seq + [0] * B)[p + 1:p + B]), self.wrong[p % len(self.wrong)] - 1
+        truth[k:] = (truth[k:] + 1) % V
+        return logits * 0 + 10.0 * torch.nn.functional.one_hot(truth, V).to(logits)
+    def draft_logits(self, anchor, cache):
+        out = self.drafter.draft_logits(anchor, cache)
+        return torch.cat([out[:, :1], self.script(out[0, 1:], cache.length)[None]], 1)
+    def draft_step(self, anchor, context, taps):
+        logits, ctx = self.drafter.draft_step(anchor, context, taps)
+        return self.script(logits, ctx.length), ctx
 
 
 def get_target(path):
@@ -64,11 +162,8 @@ def get_drafter(args, target, work):
     if target.tokenizer is None or target.tokenizer.mask_token_id is None:
         drafter_cfg["mask_token_id"] = target.vocab_size - 1
     if args.train_steps == 0:
-        from dflash_nb.train import drafter_config_for
         print("note: --train-steps 0: a random drafter (accepts almost nothing; τ near 1)")
-        data = type("Taps", (), {"tap_ids": default_target_layer_ids(target.num_layers)})
-        dc = drafter_config_for(TrainConfig(drafter=drafter_cfg), target, data)
-        return DFlashDraftModel(dc).attach_target(target.model), "random (untrained)"
+        return random_drafter(target, drafter_cfg), "random (untrained)"
     t0 = time.perf_counter()
     cache = response_cache(target, get_prompts("train", args.train_prompts, target, seed=1), 128,
                            default_target_layer_ids(target.num_layers), work / "train-cache")
@@ -79,6 +174,14 @@ def get_drafter(args, target, work):
     return DFlashDraftModel.from_pretrained(ck, target_model=target.model), desc
 
 
+def random_drafter(target, drafter_cfg: dict):
+    "A random drafter of `drafter_cfg` for `target`."
+    from dflash_nb.train import drafter_config_for
+    data = type("Taps", (), {"tap_ids": default_target_layer_ids(target.num_layers)})
+    dc = drafter_config_for(TrainConfig(drafter=drafter_cfg), target, data)
+    return DFlashDraftModel(dc).attach_target(target.model)
+
+
 def online(target, drafter, prompts, lengths, eos, tree_budget=None):
     "`speculative_generate` on each prompt, `lengths[i]` new tokens for prompt i."
     return [speculative_generate(target, drafter, p, n, eos, tree_budget) for p, n in zip(prompts, lengths)]
@@ -87,11 +190,74 @@ def online(target, drafter, prompts, lengths, eos, tree_budget=None):
 def pooled(rounds): return sum(map(sum, rounds)) / max(sum(map(len, rounds)), 1)
 
 
+def timed(f, *args) -> dict:
+    "`f(*args)`'s result with its wall-clock seconds `wall_s` (the speedup's numerator counts all of it but prefill)."
+    t0 = time.perf_counter()
+    out = f(*args)
+    return out | dict(wall_s=time.perf_counter() - t0)
+
+
+def before_after(target, drafter, prompts, max_new_tokens: int, eos) -> dict:
+    "Per path ('before', 'after'): τ, ms per round by phase, t1, measured and ideal speedup; all prompts interleaved."
+    paths = {"before": reference_generate, "after": speculative_generate}
+    runs = {k: [] for k in paths}
+    base = []
+    for i, p in enumerate([prompts[0]] + list(prompts)):           # the first prompt once more, as a warm-up
+        g = greedy_generate(target, p, max_new_tokens, eos)
+        if isinstance(drafter, ScheduledDrafter): drafter.seq = prompt_token_ids(target, p) + g["tokens"]
+        outs = {k: timed(f, target, drafter, p, max_new_tokens, eos) for k, f in paths.items()}
+        if i == 0: continue
+        base.append(g)
+        for k, r in outs.items(): runs[k].append(r | dict(lossless=r["tokens"] == g["tokens"]))
+    t1 = sum(g["decode_s"] for g in base) / max(sum(len(g["tokens"]) - 1 for g in base), 1)
+    out = {}
+    for k, rs in runs.items():
+        rounds = sum(len(r["acceptance"]) for r in rs)
+        tau = sum(sum(r["acceptance"]) for r in rs) / rounds
+        per = {ph: sum(r[ph] for r in rs) / rounds for ph in ("draft_s", "verify_s", "rollback_s")}
+        spec = sum(r["wall_s"] - r["prefill_s"] for r in rs) / sum(len(r["tokens"]) - 1 for r in rs)
+        out[k] = dict(tau=tau, t1=t1, **per, speedup=t1 / spec, ideal=tau * t1 / per["verify_s"],
+                      lossless=all(r["lossless"] for r in rs))
+    return out
+
+
+def breakdown_rows(name: str, res: dict) -> list:
+    "Table rows of `before_after`'s result."
+    b, a = res["before"], res["after"]
+    ms = lambda r, k: f"{1e3 * r[k]:.2f}"
+    rows = [(f"{name}: τ (chain)", f"{b['tau']:.3f}", f"{a['tau']:.3f}"),
+            (f"{name}: ms / target-only token (t1)", ms(b, "t1"), ms(a, "t1")),
+            *((f"{name}: ms / round: {ph[:-2]}", ms(b, ph), ms(a, ph)) for ph in ("draft_s", "verify_s", "rollback_s")),
+            (f"{name}: draft / verify", f"{b['draft_s'] / b['verify_s']:.1%}", f"{a['draft_s'] / a['verify_s']:.1%}"),
+            (f"{name}: measured speedup", f"{b['speedup']:.2f}x", f"{a['speedup']:.2f}x"),
+            (f"{name}: ideal speedup τ·t1/t_verify", f"{b['ideal']:.2f}x", f"{a['ideal']:.2f}x"),
+            (f"{name}: measured / ideal", f"{b['speedup'] / b['ideal']:.2f}", f"{a['speedup'] / a['ideal']:.2f}"),
+            (f"{name}: output == target greedy", *("yes" if r["lossless"] else "NO" for r in (b, a)))]
+    return rows
+
+
+def dense_twin(target, drafter):
+    "An attention-only random Qwen3 of `target`'s shape and a scheduled random drafter of `drafter`'s shape for it."
+    t = tiny_target("qwen3", num_layers=target.num_layers, hidden_size=target.hidden_size,
+                    vocab_size=target.vocab_size, seed=0)
+    c = drafter.config
+    cfg = dict(num_hidden_layers=c.num_hidden_layers, block_size=c.block_size, mask_token_id=target.vocab_size - 1)
+    return t, ScheduledDrafter(random_drafter(t, cfg), [2, 4, 1, 3, c.block_size, 2, 1])
+
+
+def print_table(header, rows):
+    w = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    line = lambda r: "| " + " | ".join(f"{str(x):<{w[i]}}" for i, x in enumerate(r)) + " |"
+    print("\n" + line(header) + "\n|" + "|".join("-" * (x + 2) for x in w) + "|")
+    for r in rows: print(line(r))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--drafter", help="hub-layout drafter checkpoint for this target")
     ap.add_argument("--target", help="local HF model directory (default: the toy target)")
     ap.add_argument("--prompts", type=int, default=24, help="eval prompts to use")
+    ap.add_argument("--dense-prompts", type=int, default=8, help="prompts for the attention-only twin")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--train-steps", type=int, default=300, help="steps of the quick drafter (0: random drafter)")
     ap.add_argument("--train-prompts", type=int, default=64)
@@ -111,33 +277,28 @@ def main():
         responses = [cache[i]["input_ids"][len(p):].tolist() for i, p in enumerate(prompts)]
         runs = online(target, drafter, prompts, [len(r) for r in responses], eos)
     on_rounds = [r["acceptance"] for r in runs]
-    same = sum(a[:-1] == b[:-1] and a[-1] >= b[-1] for a, b in zip(on_rounds, off.rounds))
+    same = lambda on, of: sum(a[:-1] == b[:-1] and a[-1] >= b[-1] for a, b in zip(on, of))
     lossless = all(r["tokens"] == resp for r, resp in zip(runs, responses))
-    try:
-        check_decodable(target, drafter, BUDGETS[0])
-        lengths = [len(x) for x in responses]
-        tree_runs = {b: online(target, drafter, prompts, lengths, eos, b) for b in BUDGETS}
-        trees = {b: pooled([r["acceptance"] for r in runs_b]) for b, runs_b in tree_runs.items()}
-    except ValueError as e: trees, why = {}, str(e)
-    tp = time_per_token(target, drafter, prompts, args.max_new_tokens, eos)
+    check_decodable(target, drafter, BUDGETS[0])
+    lengths = [len(x) for x in responses]
+    tree_runs = {b: [r["acceptance"] for r in online(target, drafter, prompts, lengths, eos, b)] for b in BUDGETS}
     rows = [("target", tname), ("drafter", f"{dname}; block {drafter.config.block_size}"),
             ("prompts / max new tokens", f"{len(prompts)} / {args.max_new_tokens}"),
             ("offline τ (chain, eval.offline_tau)", f"{off.tau:.3f}"),
             ("online τ (chain, speculative_generate)", f"{pooled(on_rounds):.3f}"),
-            ("prompts with identical rounds (last may be longer online)", f"{same}/{len(prompts)}"),
-            ("online output == target greedy", "yes" if lossless and tp["lossless"] else "NO"),
+            ("prompts with identical rounds (last may be longer online)",
+             f"{same(on_rounds, off.rounds)}/{len(prompts)}"),
+            ("online output == target greedy", "yes" if lossless else "NO"),
             *((f"offline τ DDTree-{b}", f"{off.tau_tree[b]:.3f}") for b in BUDGETS),
-            *((f"online τ DDTree-{b}", f"{trees[b]:.3f}" if trees else "n/a") for b in BUDGETS),
-            ("target-only ms / token (prefill excluded)", f"{1e3 * tp['target_s_per_token']:.2f}"),
-            ("speculative ms / token (prefill excluded)", f"{1e3 * tp['speculative_s_per_token']:.2f}"),
-            ("speedup (measured in one run)", f"{tp['speedup']:.2f}x at τ {tp['tau']:.2f}"),
-            ("ms / round: draft (drafter forward + context)", f"{1e3 * tp['draft_s_per_round']:.2f}"),
-            ("ms / round: verify (one target pass of the block)", f"{1e3 * tp['verify_s_per_round']:.2f}"),
-            ("ms / round: rollback (snapshot + restore + replay)", f"{1e3 * tp['rollback_s_per_round']:.2f}")]
-    w = max(len(k) for k, _ in rows)
-    print(f"\n| {'measure':<{w}} | value |\n|{'-' * (w + 2)}|-------|")
-    for k, v in rows: print(f"| {k:<{w}} | {v} |")
-    if not trees: print(f"\nonline DDTree: {why}")
+            *((f"online τ DDTree-{b}", f"{pooled(tree_runs[b]):.3f}") for b in BUDGETS)]
+    print_table(("measure", "value"), rows)
+    hybrid = before_after(target, drafter, prompts, args.max_new_tokens, eos)
+    twin, scheduled = dense_twin(target, drafter)
+    dense = before_after(twin, scheduled, get_prompts("eval", args.dense_prompts, target), args.max_new_tokens, [])
+    print_table(("per round, one run", "before", "after"),
+                breakdown_rows("toy hybrid", hybrid) + breakdown_rows("attention-only twin", dense))
+    gain = lambda r: r["after"]["speedup"] / r["before"]["speedup"]
+    print(f"\nafter / before measured speedup: toy hybrid {gain(hybrid):.2f}x, attention-only twin {gain(dense):.2f}x")
 
 
 if __name__ == "__main__": main()

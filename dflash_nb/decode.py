@@ -1,4 +1,4 @@
-"""Greedy DFlash speculative decoding against a live target: one drafter pass and one target pass per round, KV crop for attention layers, snapshot-and-replay rollback for Gated DeltaNet layers, online DDTree for attention-only targets, and wall-clock speedup.
+"""Greedy DFlash speculative decoding against a live target: one fused drafter pass and one target pass per round, KV crop for attention layers, per-node Gated DeltaNet states recorded by the verify pass (a rollback restores one, replays nothing), online DDTree on attention-only and hybrid targets, and wall-clock speedup.
 
 Docs: https://dflash-nb.github.io/dflash_nb/decode.html.md"""
 
@@ -7,29 +7,34 @@ Docs: https://dflash-nb.github.io/dflash_nb/decode.html.md"""
 # %% ../nbs/07_decode.ipynb #4a6dc2f6
 from __future__ import annotations
 import time
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 import torch
+import torch.nn.functional as F
+from fastcore.basics import patch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer, LinearAttentionCacheLayerMixin
+from transformers.cache_utils import DynamicLayer
 from .config import TAP_CONVENTION
+from .model import DFlashDraftModel, ContextCache, apply_rope, rope_cos_sin, dflash_mask_mod, dense_mask
 from .target import Target, linear_attention_layers
 from .extract import capture_layers, tap_sites, prompt_token_ids, eos_token_ids
 from .evaluate import DraftTree, build_tree, tree_attention_mask, walk_tree
 
 # %% auto #0
 __all__ = ['TargetPass', 'new_cache', 'target_pass', 'clock', 'stop_ids', 'finish_tokens', 'greedy_generate', 'Decoding',
-           'check_decodable', 'start_decoding', 'accepted_prefix', 'draft_block', 'linear_states',
-           'restore_linear_states', 'drop_last_kv', 'replay_linear', 'rollback', 'chain_round', 'tree_inputs',
-           'keep_kv', 'tree_round', 'speculative_generate', 'time_per_token']
+           'check_decodable', 'start_decoding', 'accepted_prefix', 'block_attend', 'block_layer', 'draft_block',
+           'conv_windows', 'delta_rule_tree', 'NodeByNodeMixer', 'node_by_node', 'keep_node_state', 'drop_last_kv',
+           'rollback', 'chain_round', 'tree_inputs', 'keep_kv', 'tree_round', 'speculative_generate',
+           'decode_comparison', 'time_per_token']
 
 # %% ../nbs/07_decode.ipynb #e5bf587b
 @dataclass
 class TargetPass:
-    "One cached target forward: greedy next token at each position, the drafter's taps, linear-attention inputs."
+    "One cached target forward: greedy next token at each position, the drafter's taps, per-node linear states."
     next_tokens: torch.Tensor   # [T]
     taps: torch.Tensor          # [T, n_taps*H], ascending tap ids
-    mixer_inputs: dict          # {layer index: [1, T, H]} (only when asked for)
+    node_states: dict           # {linear layer: (conv windows [C, T, K], recurrent states [T, 1, Hv, dk, dv])}
 
 # %% ../nbs/07_decode.ipynb #522982d2
 def new_cache(target: Target) -> DynamicCache:
@@ -43,19 +48,18 @@ def _tap_request(taps) -> tuple:
 
 # %% ../nbs/07_decode.ipynb #79185201
 @torch.no_grad()
-def target_pass(target: Target, ids, cache: DynamicCache, taps, keep_mixer_inputs: bool = False,
+def target_pass(target: Target, ids, cache: DynamicCache, taps, parents: torch.Tensor | None = None,
                 logits_to_keep: int = 0) -> TargetPass:
     "Run `target` on `ids` after `cache` (which it extends), capture `taps`; next tokens of the last `logits_to_keep`."
     ids, position_ids, attention_mask = ids if isinstance(ids, tuple) else (ids, None, None)
     tap_ids, convention = _tap_request(taps)
     sites = tap_sites(tap_ids, target.num_layers, convention)
-    mixers = {m.layer_idx: m for m in linear_attention_layers(target.model)} if keep_mixer_inputs else {}
-    with capture_layers(target.decoder_layers, sites) as got, \
-         capture_layers(mixers, {i: (i, "input") for i in mixers}) as inputs:
+    by_node = nullcontext({}) if parents is None else node_by_node(target, parents)
+    with capture_layers(target.decoder_layers, sites) as got, by_node as states:
         logits = target.model(input_ids=ids[None].to(target.model.device), cache=cache, use_cache=True,
                               position_ids=position_ids, attention_mask=attention_mask,
                               logits_to_keep=logits_to_keep).logits
-    return TargetPass(logits[0].argmax(-1), torch.cat([got[k] for k in sorted(got)], -1)[0], dict(inputs))
+    return TargetPass(logits[0].argmax(-1), torch.cat([got[k] for k in sorted(got)], -1)[0], states)
 
 # %% ../nbs/07_decode.ipynb #634f1f52
 def clock(device) -> float:
@@ -103,6 +107,7 @@ class Decoding:
     cache: DynamicCache
     context: object                 # the drafter's ContextCache
     tokens: list[int]
+    pending: torch.Tensor | None = None   # [1, t, n_fc*H] taps of accepted tokens not yet in `context`
     acceptance: list[int] = field(default_factory=list)
     times: dict = field(default_factory=lambda: dict(draft_s=0.0, verify_s=0.0, rollback_s=0.0))
     last: float = 0.0
@@ -125,17 +130,18 @@ def check_decodable(target: Target, drafter, tree_budget: int | None = None):
     if want != got:
         raise ValueError(f"The drafter was made for a target of (layers, hidden, vocab) = {want}; "
                          f"{target.name!r} has {got}. Load the drafter trained for this target.")
-    by_type = lambda names: {t: [i for i, x in enumerate(types) if x == t] for t in names if t in types}
-    if bad := by_type(set(types) - {"full_attention", "linear_attention"}):
+    bad = {t: [i for i, x in enumerate(types) if x == t] for t in set(types) - {"full_attention", "linear_attention"}}
+    if bad:
         raise ValueError(f"{target.name!r}: layers {bad} are not supported: speculative rollback needs full "
                          "attention or linear attention.")
-    if tree_budget is not None and (lin := by_type(["linear_attention"])):
-        raise ValueError(f"{target.name!r}: linear-attention layers {lin['linear_attention']} keep a recurrent state "
-                         "that cannot branch, so a draft tree cannot be verified in one pass; use tree_budget=None.")
+    if other := [m.layer_idx for m in linear_attention_layers(target.model) if not hasattr(m, "in_proj_qkv")]:
+        raise ValueError(f"{target.name!r}: Gated DeltaNet layers {other} lack the Qwen3.5 projections "
+                         "(in_proj_qkv, in_proj_z, in_proj_a, in_proj_b) that the node-by-node verify runs.")
     if tree_budget is not None and tree_budget < 1:
         raise ValueError(f"tree_budget={tree_budget}: a tree needs at least 1 node.")
 
 # %% ../nbs/07_decode.ipynb #72b3ce67
+@torch.no_grad()
 def start_decoding(target: Target, drafter, prompt_ids) -> tuple[Decoding, float]:
     "Prefill `target` with the prompt; return the decoding state (context = the prompt's taps) and the prefill seconds."
     c, cache = drafter.config, new_cache(target)
@@ -143,31 +149,133 @@ def start_decoding(target: Target, drafter, prompt_ids) -> tuple[Decoding, float
     ids = torch.tensor(prompt_token_ids(target, prompt_ids))
     p = target_pass(target, ids, cache, (c.fc_layer_ids, c.tap_convention), logits_to_keep=1)
     ctx = drafter.extend_context(p.taps[None])
-    return Decoding(target, drafter, cache, ctx, [p.next_tokens[-1].item()]), clock(target.model.device) - t0
+    s = Decoding(target, drafter, cache, ctx, [p.next_tokens[-1].item()], pending=p.taps[None, :0])
+    return s, clock(target.model.device) - t0
 
 # %% ../nbs/07_decode.ipynb #8de3b0c8
 def accepted_prefix(drafts: torch.Tensor, target_next: torch.Tensor) -> int:
     "How many leading `drafts` equal the target's greedy tokens `target_next` at the same slots."
     return int((drafts == target_next).int().cumprod(0).sum())
 
+# %% ../nbs/07_decode.ipynb #2980c134
+def block_attend(a, ctx_len: int, block_size: int, device):
+    "SDPA `(q, k, v) -> out` for one block after `ctx_len` context keys, for drafter layer attention `a`."
+    mask = None
+    if a.window is not None or a.causal:
+        mod = dflash_mask_mod(torch.full((1, 1), ctx_len, device=device), ctx_len, block_size, a.window, a.causal)
+        mask = dense_mask(mod, 1, block_size, ctx_len + block_size, device)
+    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+
+# %% ../nbs/07_decode.ipynb #b1c4e7a2
+def _rms(norm, x: torch.Tensor) -> torch.Tensor:
+    "`norm(x)` of a drafter RMSNorm in one fused `F.rms_norm` (equal to float rounding)."
+    return norm.weight * F.rms_norm(x.float(), norm.weight.shape, eps=norm.eps).to(x.dtype)
+
+def block_layer(layer, x: torch.Tensor, ctx: tuple, new_h: torch.Tensor, rope: tuple, attend):
+    "One drafter layer on block `x` [1, B, H]: K/V of the new context `new_h` and of the block in one projection."
+    a, (cos, sin), (k0, v0), B = layer.self_attn, rope, ctx, x.shape[1]
+    heads = lambda t, n: t.view(1, t.shape[1], n, a.hd).transpose(1, 2)
+    h = _rms(layer.input_layernorm, x)
+    kv_in = torch.cat([new_h, h], 1)
+    k = torch.cat([k0, apply_rope(_rms(a.k_norm, heads(a.k_proj(kv_in), a.nkv)), cos, sin)], 2)
+    v = torch.cat([v0, heads(a.v_proj(kv_in), a.nkv)], 2)
+    q = apply_rope(_rms(a.q_norm, heads(a.q_proj(h), a.nh)), cos[:, -B:], sin[:, -B:])
+    x = x + a.o_proj(attend(q, k, v).transpose(1, 2).reshape(1, B, -1))
+    return x + layer.mlp(_rms(layer.post_attention_layernorm, x)), (k[:, :, :-B], v[:, :, :-B])
+
+# %% ../nbs/07_decode.ipynb #590205de
+@patch
+def draft_step(self: DFlashDraftModel, anchor: torch.Tensor, context: ContextCache, taps: torch.Tensor):
+    "Append fc taps [1, t, n_fc*H] to `context` and draft the block at token `anchor` [1]: (logits [B-1, V], context)."
+    c, start, p = self.config, context.length, context.length + taps.shape[1]
+    if p + c.block_size > c.max_position_embeddings:
+        raise ValueError(f"Block positions reach {p + c.block_size - 1}, beyond max_position_embeddings="
+                         f"{c.max_position_embeddings}: decode fewer tokens or use a drafter made for longer contexts.")
+    with torch.inference_mode():                   # less per-op bookkeeping than no_grad
+        new_h, x = self.fuse_context(taps), self.embed_blocks(anchor)
+        rope = rope_cos_sin(torch.arange(start, p + c.block_size, device=x.device)[None], *self.rope(x.device))
+        kv = []
+        for layer, ctx, a in zip(self.layers, context.kv, c.layer_attention):
+            x, ctx = block_layer(layer, x, ctx, new_h, rope, block_attend(a, p, c.block_size, x.device))
+            kv.append(ctx)
+        return self.logits(_rms(self.norm, x[:, 1:]))[0], ContextCache(kv, p)
+
 # %% ../nbs/07_decode.ipynb #3f201ecd
 def draft_block(s: Decoding) -> torch.Tensor:
-    "The drafter's logits [B, V] for the block anchored at the bonus."
-    return s.drafter.draft_logits(torch.tensor([s.tokens[-1]], device=s.device), s.context)[0]
+    "The drafter's logits [B-1, V] for slots 1.. of the block anchored at the bonus; the pending taps join the context."
+    logits, s.context = s.drafter.draft_step(torch.tensor([s.tokens[-1]], device=s.device), s.context, s.pending)
+    s.pending = s.pending[:, :0]
+    return logits
 
-# %% ../nbs/07_decode.ipynb #7c2cb058
-def linear_states(cache: DynamicCache) -> dict:
-    "A copy of every linear-attention layer's (conv, recurrent) states: {layer index: (conv dict, recurrent dict)}."
-    copy = lambda states: {k: v.clone() for k, v in states.items()}
-    return {i: (copy(l.conv_states), copy(l.recurrent_states))
-            for i, l in enumerate(cache.layers) if isinstance(l, LinearAttentionCacheLayerMixin)}
+# %% ../nbs/07_decode.ipynb #c1d1219f
+def conv_windows(parents: torch.Tensor, k: int) -> torch.Tensor:
+    "[T, k] columns of cat(conv state (k columns), the T nodes' inputs): each node's conv window, oldest first."
+    up = torch.cat([(torch.arange(k) - 1).clamp(min=0), torch.where(parents >= 0, parents + k, k - 1)])
+    cols = [k + torch.arange(len(parents))]
+    for _ in range(k - 1): cols.insert(0, up[cols[0]])
+    return torch.stack(cols, 1)
 
-# %% ../nbs/07_decode.ipynb #1c48590e
-def restore_linear_states(cache: DynamicCache, snapshot: dict):
-    "Write `snapshot` (from `linear_states`) back into the cache's tensors, in place."
-    for i, (conv, rec) in snapshot.items():
-        for k, v in conv.items(): cache.layers[i].conv_states[k].copy_(v)
-        for k, v in rec.items(): cache.layers[i].recurrent_states[k].copy_(v)
+# %% ../nbs/07_decode.ipynb #e4fe982e
+def delta_rule_tree(qkv: tuple, g, beta, state: torch.Tensor, parents: torch.Tensor):
+    "Gated delta rule per node from its parent's state (-1: `state`): outputs [T, H, dv], states [T, 1, H, dk, dv]."
+    (q, k, v), out, states = qkv, [], []
+    for i, p in enumerate(parents.tolist()):
+        s = (state if p < 0 else states[p]) * g[i].exp()[:, None, None]
+        s = s + k[i][:, :, None] * ((v[i] - (s * k[i][:, :, None]).sum(-2)) * beta[i][:, None])[..., None, :]
+        states.append(s)
+        out.append((s * q[i][:, :, None]).sum(-2)[0])
+    return torch.stack(out), torch.stack(states)
+
+# %% ../nbs/07_decode.ipynb #e4e08f66
+def _l2norm(x): return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + 1e-6)   # as transformers'
+
+@dataclass
+class NodeByNodeMixer:
+    "A Qwen3.5 Gated DeltaNet forward over tree nodes that records each node's (conv window, recurrent state)."
+    m: torch.nn.Module             # the layer's GatedDeltaNet module
+    parents: torch.Tensor          # [T] each node's parent among the nodes, -1: the cached prefix
+    windows: torch.Tensor          # [T, K] conv_windows(parents, K)
+    record: dict                   # {layer index: (conv windows [C, T, K], recurrent states [T, 1, Hv, dk, dv])}
+
+    def qkv(self, h: torch.Tensor, conv_state: torch.Tensor):
+        "Per-node q, k, v [T, heads, d] after the causal conv along each node's ancestors; the conv windows [C, T, K]."
+        m, T = self.m, h.shape[0]
+        x = torch.cat([conv_state[0], m.in_proj_qkv(h).T.to(conv_state.dtype)], -1)[:, self.windows]
+        w = m.conv1d.weight[:, 0, None, :]
+        y = F.silu((x.to(w.dtype) * w).sum(-1)).T.to(h.dtype)
+        q, k, v = y.split([m.key_dim, m.key_dim, m.value_dim], -1)
+        q, k = (_l2norm(t.reshape(T, -1, m.head_k_dim).float()) for t in (q, k))
+        rep = lambda t: t.repeat_interleave(m.num_v_heads // m.num_k_heads, 1)
+        return rep(q) / m.head_k_dim ** 0.5, rep(k), v.reshape(T, -1, m.head_v_dim).float(), x
+
+    def __call__(self, hidden_states: torch.Tensor, cache: DynamicCache, **kwargs):
+        m, h = self.m, hidden_states[0]
+        q, k, v, windows = self.qkv(h, cache.get_conv_state(m.layer_idx))
+        g = -m.A_log.float().exp() * F.softplus(m.in_proj_a(h).float() + m.dt_bias)
+        beta = m.in_proj_b(h).sigmoid().float()
+        o, states = delta_rule_tree((q, k, v), g, beta, cache.get_recurrent_state(m.layer_idx).float(), self.parents)
+        self.record[m.layer_idx] = (windows, states)
+        o = m.norm(o.to(h.dtype).reshape(-1, m.head_v_dim), m.in_proj_z(h).reshape(-1, m.head_v_dim))
+        return m.out_proj(o.reshape(1, len(h), -1))
+
+# %% ../nbs/07_decode.ipynb #ae14e749
+@contextmanager
+def node_by_node(target: Target, parents: torch.Tensor):
+    "Within: the target's Gated DeltaNet layers run over nodes with `parents`; yields their per-node states by layer."
+    record, mixers, parents = {}, linear_attention_layers(target.model), torch.as_tensor(parents).cpu()
+    try:
+        for m in mixers:
+            m.forward = NodeByNodeMixer(m, parents, conv_windows(parents, m.conv_kernel_size), record)
+        yield record
+    finally:
+        for m in mixers: vars(m).pop("forward", None)
+
+# %% ../nbs/07_decode.ipynb #91ee946e
+def keep_node_state(cache: DynamicCache, node_states: dict, node: int):
+    "Set every linear-attention layer's conv and recurrent state to the one after `node` (from `TargetPass`)."
+    for i, (windows, states) in node_states.items():
+        cache.layers[i].conv_states[0].copy_(windows[:, node][None])
+        cache.layers[i].recurrent_states[0].copy_(states[node])
 
 # %% ../nbs/07_decode.ipynb #1d5d06e4
 def drop_last_kv(cache: DynamicCache, n: int):
@@ -175,38 +283,25 @@ def drop_last_kv(cache: DynamicCache, n: int):
     for l in cache.layers:
         if isinstance(l, DynamicLayer) and n: DynamicLayer.crop(l, -n)
 
-# %% ../nbs/07_decode.ipynb #7bf53e0c
-@torch.no_grad()
-def replay_linear(target: Target, cache: DynamicCache, mixer_inputs: dict, n: int):
-    "Advance each linear-attention layer's state over the first `n` positions of its recorded inputs."
-    for m in linear_attention_layers(target.model):
-        m(hidden_states=mixer_inputs[m.layer_idx][:, :n], cache=cache)
-
 # %% ../nbs/07_decode.ipynb #4bfab540
-def rollback(s: Decoding, snapshot: dict, verify: TargetPass, keep: int, fed: int):
-    "Leave `s.cache` as if only the first `keep` of the `fed` verified tokens had been fed."
+def rollback(s: Decoding, verify: TargetPass, keep: int, fed: int):
+    "Leave `s.cache` as if only the first `keep` of the `fed` chain-verified tokens had been fed."
     drop_last_kv(s.cache, fed - keep)
-    if snapshot:
-        restore_linear_states(s.cache, snapshot)
-        replay_linear(s.target, s.cache, verify.mixer_inputs, keep)
+    keep_node_state(s.cache, verify.node_states, keep - 1)
 
 # %% ../nbs/07_decode.ipynb #11d25006
 def chain_round(s: Decoding):
     "One DFlash round: draft a block, verify it in one target pass, keep the accepted prefix and the bonus."
     s.lap()
-    drafts = draft_block(s)[1:].argmax(-1)
+    drafts = draft_block(s).argmax(-1)
     s.lap("draft_s")
-    snapshot = linear_states(s.cache)
-    s.lap("rollback_s")
     fed = torch.cat([drafts.new_tensor(s.tokens[-1:]), drafts])
-    v = target_pass(s.target, fed, s.cache, s.tap_args, keep_mixer_inputs=bool(snapshot))
+    v = target_pass(s.target, fed, s.cache, s.tap_args, parents=torch.arange(len(fed)) - 1)
     n = accepted_prefix(drafts, v.next_tokens[:-1])
     s.lap("verify_s")
-    if n < len(drafts):
-        rollback(s, snapshot, v, n + 1, len(fed))
-        s.lap("rollback_s")
-    s.context = s.drafter.extend_context(v.taps[None, :n + 1], s.context)
-    s.lap("draft_s")
+    rollback(s, v, n + 1, len(fed))
+    s.lap("rollback_s")
+    s.pending = v.taps[None, :n + 1]
     s.tokens += drafts[:n].tolist() + [v.next_tokens[n].item()]
     s.acceptance.append(n + 1)
 
@@ -232,17 +327,18 @@ def keep_kv(cache: DynamicCache, start: int, keep: torch.Tensor):
 def tree_round(s: Decoding, budget: int):
     "One DDTree round: a tree of `budget` nodes verified in one target pass, then the accepted path kept."
     s.lap()
-    tree, start = build_tree(draft_block(s)[1:].float().log_softmax(-1).cpu(), budget), s.context.length
+    tree = build_tree(draft_block(s).float().log_softmax(-1).cpu(), budget)
+    start = s.context.length
     s.lap("draft_s")
     inputs = tree_inputs(tree, s.tokens[-1], start, s.target.model.dtype, s.device)
-    v = target_pass(s.target, inputs, s.cache, s.tap_args)
+    v = target_pass(s.target, inputs, s.cache, s.tap_args, parents=torch.cat([torch.tensor([-1]), tree.parents + 1]))
     path = walk_tree(tree, v.next_tokens.cpu())
     keep = torch.tensor([0] + [i + 1 for i in path])
     s.lap("verify_s")
     keep_kv(s.cache, start, keep)
+    keep_node_state(s.cache, v.node_states, int(keep[-1]))
     s.lap("rollback_s")
-    s.context = s.drafter.extend_context(v.taps[None, keep.to(v.taps.device)], s.context)
-    s.lap("draft_s")
+    s.pending = v.taps[None, keep.to(v.taps.device)]
     s.tokens += tree.tokens[path].tolist() + [v.next_tokens[keep[-1]].item()]
     s.acceptance.append(len(keep))
 
@@ -260,19 +356,32 @@ def speculative_generate(target: Target, drafter, prompt_ids, max_new_tokens: in
                 tau=sum(s.acceptance) / n, prefill_s=prefill_s, decode_s=sum(s.times.values()), **s.times,
                 rollback_s_per_round=s.times["rollback_s"] / n)
 
+# %% ../nbs/07_decode.ipynb #f1a2b3c4
+def _figures(base: float, pairs: list) -> dict:
+    "Speed figures of (greedy run, speculative run) pairs, target-only seconds per token `base`."
+    total = lambda f: sum(f(s) for _, s in pairs)
+    spec = total(lambda r: r["decode_s"]) / max(total(lambda r: len(r["tokens"]) - 1), 1)
+    rounds = max(total(lambda r: len(r["acceptance"])), 1)
+    per_round = {f"{k}_per_round": total(lambda r: r[k]) / rounds for k in ("draft_s", "verify_s", "rollback_s")}
+    return dict(target_s_per_token=base, speculative_s_per_token=spec, speedup=base / spec,
+                tau=total(lambda r: sum(r["acceptance"])) / rounds, **per_round,
+                lossless=all(g["tokens"] == s["tokens"] for g, s in pairs))
+
+# %% ../nbs/07_decode.ipynb #f1a2b3c5
+def decode_comparison(target: Target, drafters: dict, prompts, max_new_tokens: int, eos_token_id=None,
+                      budgets: tuple = (None,)) -> dict:
+    "`time_per_token`'s figures for every drafter × budget (None: chain), the target decoding each prompt once."
+    modes = [(name, b) for name in drafters for b in budgets]
+    spec = lambda p, n, m: speculative_generate(target, drafters[m[0]], p, n, eos_token_id, m[1])
+    greedy_generate(target, prompts[0], min(max_new_tokens, 8), eos_token_id)       # warm-up
+    for m in modes: spec(prompts[0], min(max_new_tokens, 8), m)
+    runs = [(greedy_generate(target, p, max_new_tokens, eos_token_id), {m: spec(p, max_new_tokens, m) for m in modes})
+            for p in prompts]
+    base = sum(g["decode_s"] for g, _ in runs) / max(sum(len(g["tokens"]) - 1 for g, _ in runs), 1)
+    return {m: _figures(base, [(g, s[m]) for g, s in runs]) for m in modes}
+
 # %% ../nbs/07_decode.ipynb #954105f1
 def time_per_token(target: Target, drafter, prompts, max_new_tokens: int, eos_token_id=None,
                    tree_budget: int | None = None) -> dict:
     "Target-only vs speculative s/token over `prompts` (no prefill; eos as `greedy_generate`), τ, speedup, phase costs."
-    def run(p, n):
-        return (greedy_generate(target, p, n, eos_token_id),
-                speculative_generate(target, drafter, p, n, eos_token_id, tree_budget))
-    run(prompts[0], min(max_new_tokens, 8))                # warm-up
-    pairs = [run(p, max_new_tokens) for p in prompts]
-    total = lambda i, f: sum(f(r[i]) for r in pairs)
-    base, spec = (total(i, lambda r: r["decode_s"]) / max(total(i, lambda r: len(r["tokens"]) - 1), 1) for i in (0, 1))
-    rounds = max(total(1, lambda r: len(r["acceptance"])), 1)
-    per_round = {f"{k}_per_round": total(1, lambda r: r[k]) / rounds for k in ("draft_s", "verify_s", "rollback_s")}
-    return dict(target_s_per_token=base, speculative_s_per_token=spec, speedup=base / spec,
-                tau=total(1, lambda r: sum(r["acceptance"])) / rounds, **per_round,
-                lossless=all(g["tokens"] == s["tokens"] for g, s in pairs))
+    return decode_comparison(target, {0: drafter}, prompts, max_new_tokens, eos_token_id, (tree_budget,))[0, tree_budget]

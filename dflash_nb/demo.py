@@ -38,15 +38,14 @@ class DemoConfig:
     batch_size: int = 8
     lr: float = 1e-3
     budgets: tuple = (8, 16, 32)
-    n_online_prompts: int = 4         # online decoding is slow on CPU (the toy target runs its torch fallback kernels)
+    n_online_prompts: int | None = None   # online decoding of the first n eval prompts (None: all of them)
     seed: int = 0
     progress: bool = True             # progress bars for extraction, training and evaluation
 
 # %% ../nbs/10_demo.ipynb #b2e0d001
 def quick_demo_config() -> DemoConfig:
     "The ~3-minute variant: fewer prompts, shorter responses, fewer steps."
-    return DemoConfig(n_train_prompts=48, n_eval_prompts=6, max_new_tokens=64, steps=60, num_anchors=32, budgets=(8,),
-                      n_online_prompts=2)
+    return DemoConfig(n_train_prompts=48, n_eval_prompts=6, max_new_tokens=64, steps=60, num_anchors=32, budgets=(8,))
 
 # %% ../nbs/10_demo.ipynb #d0e1b002
 def eval_budgets(cfg: DemoConfig) -> tuple:
@@ -81,7 +80,8 @@ def _read_offline(path: Path) -> list[OfflineResult]:
 def stage_offline(target, ckpts: dict, cache: HiddenStateCache, path: Path, cfg: DemoConfig,
                   indices=None) -> list[OfflineResult]:
     "Offline τ of each checkpoint over the eval cache (JSON at `path`, reused when it has every budget asked for)."
-    budgets = eval_budgets(cfg) if indices is None else ()      # a prompt subset: chain only, set next to online τ
+    eq = cfg.drafter.get("block_size", 16) - 1
+    budgets = eval_budgets(cfg) if indices is None else (eq,)   # a prompt subset: chain and DDTree-(B-1), as online
     old = _read_offline(path) if path.exists() else None
     if old is not None and all(b in r.tau_tree for r in old for b in budgets):
         return old
@@ -170,17 +170,18 @@ def _json_stage(path: Path, compute):
     return res
 
 # %% ../nbs/10_demo.ipynb #3dd468f6
-def stage_online(target, ckpts: dict, samples: list[dict], path: Path, max_new_tokens: int,
-                 progress: bool = True) -> dict:
-    "Online chain decoding of the eval prompts per drafter: τ, speedup, losslessness, rollback cost (JSON at `path`)."
-    from dflash_nb.decode import time_per_token
+def stage_online(target, ckpts: dict, samples: list[dict], path: Path, cfg: DemoConfig) -> dict:
+    "Online chain and DDTree-(B-1) decoding of the eval prompts per drafter: τ, speedup, losslessness (JSON at `path`)."
+    from dflash_nb.decode import decode_comparison
     from dflash_nb.extract import eos_token_ids
-    prompts = [s["input_ids"][s["loss_mask"] == 0].tolist() for s in samples]
-    def compute():
-        return {n: time_per_token(target, DFlashDraftModel.from_pretrained(c, target_model=target.model).eval(),
-                                  prompts, max_new_tokens, eos_token_ids(target))
-                for n, c in tqdm(ckpts.items(), desc="online decode", disable=not progress)}
-    return _json_stage(path, compute)
+    prompts, eq = [s["input_ids"][s["loss_mask"] == 0].tolist() for s in samples], cfg.drafter.get("block_size", 16) - 1
+    old = json.loads(path.read_text()) if path.exists() else {}
+    if old and all(o.get("ddtree", {}).get("budget") == eq for o in old.values()): return old
+    drafters = {n: DFlashDraftModel.from_pretrained(c, target_model=target.model).eval() for n, c in ckpts.items()}
+    figs = decode_comparison(target, drafters, prompts, cfg.max_new_tokens, eos_token_ids(target), (None, eq))
+    res = {n: figs[n, None] | {"ddtree": figs[n, eq] | {"budget": eq}} for n in drafters}
+    _write_text(path, json.dumps(res, indent=1))
+    return res
 
 # %% ../nbs/10_demo.ipynb #b2e0d003
 def stage_ablation(model, cache: HiddenStateCache, path: Path) -> dict:
@@ -206,16 +207,20 @@ class DemoResults:
 # %% ../nbs/10_demo.ipynb #b2e0d004
 def _report_rows(res: DemoResults, block_size: int) -> list[dict]:
     "The side-by-side table: chain τ and equal-cost DDTree-(B-1), online τ next to offline τ on the same prompts."
-    nan, eq, same = float("nan"), block_size - 1, {r.name: r.tau for r in res.same}
+    nan, eq, same = float("nan"), block_size - 1, {r.name: r for r in res.same}
     rows = []
     for r, c in zip(res.offline, comparison_rows(res.offline, positions=(1, 2, 4, 8, 15))):
         o = res.online.get(r.name, {})
         row = {k: c[k] for k in ("drafter", "fusion", "fc taps", "params (M)")}
         row |= {"tau chain (all prompts)": round(r.tau, 3),
                 f"tau DDTree-{eq} (equal cost)": round(r.tau_tree.get(eq, nan), 3),
-                "tau offline (online prompts)": round(same.get(r.name, nan), 3),
+                "tau offline (online prompts)": round(getattr(same.get(r.name), "tau", nan), 3),
                 "tau online": round(o.get("tau", nan), 3), "speedup": round(o.get("speedup", nan), 2),
-                "lossless": o.get("lossless")}
+                f"tau offline DDTree-{eq} (online prompts)":
+                    round(getattr(same.get(r.name), "tau_tree", {}).get(eq, nan), 3),
+                f"tau online DDTree-{eq}": round(o.get("ddtree", {}).get("tau", nan), 3),
+                f"speedup DDTree-{eq}": round(o.get("ddtree", {}).get("speedup", nan), 2),
+                "lossless": o.get("lossless") and o.get("ddtree", {}).get("lossless")}
         row |= {f"tau DDTree-{b} (verifies {b + 1})": round(t, 3) for b, t in r.tau_tree.items() if b != eq}
         rows.append(row | {k: v for k, v in c.items() if k.startswith("acc@")})
     return rows
@@ -241,6 +246,12 @@ def _split_text(labels: dict | None) -> str:
             "labels held equal, deepest-tap vs token labels, several seeds) is the recipe study: `dflash-study` "
             "(nbs/12_recipe_study).")
 
+# %% ../nbs/10_demo.ipynb #c7e1d2a3
+def _online_prompts_text(cfg: DemoConfig) -> str:
+    "The eval prompts the online stage decodes, in words."
+    n = cfg.n_online_prompts
+    return f"the same {cfg.n_eval_prompts}" if n is None or n >= cfg.n_eval_prompts else f"the first {n}"
+
 # %% ../nbs/10_demo.ipynb #b2e0d005
 def write_report(out: Path, cfg: DemoConfig, res: DemoResults) -> Path:
     "Write `out/report.md` from the stage results."
@@ -254,9 +265,9 @@ def write_report(out: Path, cfg: DemoConfig, res: DemoResults) -> Path:
              f"b + 1, "
              f"so DDTree-{B - 1} is the DDTree at the chain's verification cost; other budgets are labelled with what "
              "they verify. Offline τ replays greedy decoding from the cache: over all "
-             f"{cfg.n_eval_prompts} eval prompts, and over the first {cfg.n_online_prompts}, the prompts online τ "
-             "decodes for real (compare those two columns); `lossless` says the online output equalled the target's "
-             "own greedy decoding on each of them.", "",
+             f"{cfg.n_eval_prompts} eval prompts, and over {_online_prompts_text(cfg)}, the prompts online decoding "
+             "runs for real, chain and DDTree-(B-1) (compare each online column with the offline one next to it); "
+             "`lossless` says every online output, chain and DDTree, equalled the target's own greedy decoding.", "",
              "## How much of τ the deepest tap carries", "", _ablation_text(res.ablation), "",
              "## Fused vs split: what the gap does and does not show", "", _split_text(res.labels), ""]
     lines += [f"![{k}]({v})" for k, v in res.files.items()]
@@ -288,11 +299,10 @@ def run_demo(out, cfg: DemoConfig | None = None, target=None, prompts: dict | No
     ckpts = {f: _timed(t, f"train {f}", stage_train, target, tr_c, out / f"drafter-{f}", f, cfg)
              for f in ("fused", "split")}
     offline = _timed(t, "offline eval", stage_offline, target, ckpts, ev_c, out / "offline.json", cfg)
-    n_on = min(cfg.n_online_prompts, len(ev))
+    n_on = len(ev) if cfg.n_online_prompts is None else min(cfg.n_online_prompts, len(ev))
     same = _timed(t, "offline eval", stage_offline, target, ckpts, ev_c, out / "offline-online-prompts.json", cfg,
                   range(n_on))
-    online = _timed(t, "online decode", stage_online, target, ckpts, ev[:n_on], out / "online.json",
-                    cfg.max_new_tokens, cfg.progress)
+    online = _timed(t, "online decode", stage_online, target, ckpts, ev[:n_on], out / "online.json", cfg)
     models = {f: DFlashDraftModel.from_pretrained(c, target_model=target.model).eval() for f, c in ckpts.items()}
     ablation = _timed(t, "ablation", stage_ablation, models["fused"], ev_c, out / "ablation.json")
     runs = {f: read_metrics(out / f"drafter-{f}") for f in ckpts}
