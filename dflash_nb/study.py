@@ -25,8 +25,8 @@ __all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'RETROFIT', 'T95', 'StudyCo
            'load_study_config', 'StudyInputs', 'load_inputs', 'held_out_indices', 'evaluate_run', 'train_run',
            'retrofit_stage', 'retrofit_first_stage', 'config_changes', 'run_one', 'run_study', 't95', 'Interval',
            'mean_ci', 'paired_diff', 'verdict', 'by_variant', 'summary_rows', 'question_rows', 'plot_study_tau',
-           'plot_study_acceptance', 'plot_question', 'plot_study_training', 'slot_loss', 'plot_slot_dilution',
-           'write_study_report', 'study_parser', 'study_main']
+           'plot_study_acceptance', 'plot_question', 'plot_questions', 'plot_study_training', 'slot_loss',
+           'plot_slot_dilution', 'write_study_report', 'study_parser', 'study_main']
 
 # %% ../nbs/12_recipe_study.ipynb #7d270c01
 LAUNCHERS = ("inline", "torchrun")
@@ -409,6 +409,23 @@ def plot_question(results: list[dict], ref: str, var: str, title: str = "") -> F
     fig.suptitle(title or f"{var} vs {ref}")
     return fig
 
+# %% ../nbs/12_recipe_study.ipynb #f635b30e
+def plot_questions(results: list[dict], comparisons: dict) -> Figure:
+    "Every question at a glance: paired Δτ (chain, DDTree-(B-1)) with its 95% interval, one row per question."
+    runs, qs = by_variant(results), list(comparisons.items())
+    fig = Figure(figsize=(10, 0.4 * len(qs) + 1.2), layout="constrained")
+    for ax, key, title in zip(fig.subplots(1, 2, sharey=True), ("tau", "tau_equal_cost"),
+                              ("Δ chain τ", "Δ DDTree-(B-1) τ")):
+        for y, (q, (ref, var)) in enumerate(qs):
+            ci = paired_diff(_per_seed(runs[var], key), _per_seed(runs[ref], key))
+            colour = {"better": "C2", "worse": "C3"}.get(verdict(ci), "0.5")
+            ax.errorbar([ci.mean], [y], xerr=[[ci.mean - ci.lo], [ci.hi - ci.mean]] if ci.n > 1 else None,
+                        fmt="o", color=colour, capsize=3)
+        ax.axvline(0, color="0.3", lw=0.8)
+        ax.set(yticks=range(len(qs)), title=title + " (variant − reference, 95% CI)", ylim=(len(qs) - 0.5, -0.5))
+        ax.set_yticklabels([q for q, _ in qs], fontsize=8)
+    return fig
+
 # %% ../nbs/12_recipe_study.ipynb #c0aa82e3
 def plot_study_training(sc: StudyConfig, results: list[dict]) -> Figure:
     "Training loss and τ̂ against step of every run (from its metrics.jsonl), one colour per variant."
@@ -454,6 +471,7 @@ def _report_figures(sc: StudyConfig, results: list[dict]) -> dict:
     "{file stem: Figure} of a study's report: the overview plots, one per question, and the dilution plot if recorded."
     figs = {"tau": plot_study_tau(results), "acceptance": plot_study_acceptance(results),
             "training": plot_study_training(sc, results)}
+    figs["questions"] = plot_questions(results, sc.comparisons)
     for i, (q, (ref, var)) in enumerate(sc.comparisons.items()):
         figs[f"question-{i + 1}"] = plot_question(results, ref, var, q)
     if sc.slot_grads_every and sc.slot_grads_variants: figs["slot-dilution"] = plot_slot_dilution(sc, results)
