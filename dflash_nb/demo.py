@@ -20,9 +20,9 @@ from .train import TrainConfig, train, read_metrics, target_logits
 from .evaluate import offline_tau, comparison_rows, markdown_table, OfflineResult, plot_acceptance
 
 # %% auto #0
-__all__ = ['DemoConfig', 'quick_demo_config', 'eval_budgets', 'stage_cache', 'stage_train', 'stage_offline', 'label_agreement',
-           'stage_labels', 'plot_training', 'diagnostics_figures', 'stage_online', 'stage_ablation', 'DemoResults',
-           'write_report', 'run_demo', 'demo_parser', 'demo_main']
+__all__ = ['STUDY_QUESTIONS', 'DemoConfig', 'quick_demo_config', 'eval_budgets', 'stage_cache', 'stage_train', 'stage_offline',
+           'label_agreement', 'stage_labels', 'plot_training', 'diagnostics_figures', 'stage_online', 'stage_ablation',
+           'DemoResults', 'study_answer', 'write_report', 'run_demo', 'demo_parser', 'demo_main']
 
 # %% ../nbs/10_demo.ipynb #05a2e240
 @dataclass
@@ -234,6 +234,23 @@ def _ablation_text(ablation: dict) -> str:
     return (f"Zeroing the deepest tap's input to the fused drafter removes **{share:.0%}** of its gain above 1 "
             f"(τ {ablation['tau']:.2f}). The split drafter's fc never reads that tap (it only makes split's labels).")
 
+# %% ../nbs/10_demo.ipynb #f8f34e34
+STUDY_QUESTIONS = ("fused vs split (same token labels)", "split labels, deepest tap vs tokens")
+
+def study_answer() -> str:
+    "The shipped toy study's controlled fused-vs-split answer (`data/study-toy`), in words; '' where it is absent."
+    from dflash_nb.study import load_study_config, question_rows
+    from dflash_nb.toy import repo_data_dir
+    data = repo_data_dir()
+    if not (data / "study-toy" / "results.json").exists(): return ""
+    sc = load_study_config(data / "configs" / "study-toy.yaml")
+    rows = {r["question"]: r for r in question_rows(json.loads((data / "study-toy" / "results.json").read_text()),
+                                                     sc.comparisons)}
+    fused, labels = (rows[q] for q in STUDY_QUESTIONS)
+    return (f" The shipped recipe study (`data/study-toy`: {len(sc.seeds)} seeds × {sc.steps} steps, labels held "
+            f"equal) measured fused − split Δ chain τ = {fused['Δτ chain']} ({fused['chain']}) and, for split, "
+            f"deepest-tap − token labels Δ chain τ = {labels['Δτ chain']} ({labels['chain']}).")
+
 # %% ../nbs/10_demo.ipynb #d0e1b007
 def _split_text(labels: dict | None) -> str:
     "What the fused-vs-split gap does and does not show: split's labels are not the target's tokens."
@@ -242,9 +259,8 @@ def _split_text(labels: dict | None) -> str:
     return ("Split's default labels come from its deepest tap (`target_source: deepest_tap`): the argmax of the "
             "target's final norm and lm_head on that tap, not the target's own tokens." + agree +
             " So the gap between the two drafters mixes two causes, the tap that split's fc lacks and its noisier "
-            "labels, and this demo cannot tell how much each carries. The controlled comparison (fused vs split with "
-            "labels held equal, deepest-tap vs token labels, several seeds) is the recipe study: `dflash-study` "
-            "(nbs/12_recipe_study).")
+            "labels, and one seed of this demo cannot tell how much each carries." + study_answer() +
+            " The controlled comparison at your own budget is a recipe study: `dflash-study` (nbs/12_recipe_study).")
 
 # %% ../nbs/10_demo.ipynb #c7e1d2a3
 def _online_prompts_text(cfg: DemoConfig) -> str:

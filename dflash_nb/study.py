@@ -422,7 +422,7 @@ def plot_questions(results: list[dict], comparisons: dict) -> Figure:
             ax.errorbar([ci.mean], [y], xerr=[[ci.mean - ci.lo], [ci.hi - ci.mean]] if ci.n > 1 else None,
                         fmt="o", color=colour, capsize=3)
         ax.axvline(0, color="0.3", lw=0.8)
-        ax.set(yticks=range(len(qs)), title=title + " (variant − reference, 95% CI)", ylim=(len(qs) - 0.5, -0.5))
+        ax.set(yticks=range(len(qs)), title=title + ", variant − reference", ylim=(len(qs) - 0.5, -0.5))
         ax.set_yticklabels([q for q, _ in qs], fontsize=8)
     return fig
 
