@@ -8,18 +8,22 @@ Docs: https://dflash-nb.github.io/dflash_nb/evaluate.html.md"""
 from __future__ import annotations
 import argparse, heapq, json, sys
 from dataclasses import dataclass, field, asdict
+from itertools import islice
 from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 from .config import ATTENTION_MODES
-from .model import DFlashDraftModel, param_counts, describe_drafter
+from .model import (DFlashDraftModel, ContextCache, param_counts, describe_drafter, rope_cos_sin,
+                             dflash_mask_mod, make_attend)
 from .storage import atomic_write
 from .cache import HiddenStateCache, check_compatible
 
 # %% auto #0
-__all__ = ['SHOW', 'DraftTree', 'build_tree', 'tree_attention_mask', 'walk_tree', 'accept_chain', 'accept_tree', 'replay',
-           'OfflineResult', 'round_acceptance', 'offline_tau', 'comparison_rows', 'markdown_table', 'plot_acceptance',
-           'load_drafters', 'compare', 'eval_parser', 'eval_main']
+__all__ = ['ROW_BYTES', 'REPLAY_ROWS', 'SMALL_N', 'SHOW', 'DraftTree', 'build_tree', 'tree_attention_mask', 'walk_tree',
+           'accept_chain', 'accept_tree', 'replay', 'fused_kv', 'pad_stack', 'prompt_contexts', 'draft_rows',
+           'replay_prompts', 'OfflineResult', 'round_acceptance', 'offline_tau_many', 'offline_tau', 'comparison_rows',
+           'markdown_table', 'wilson_interval', 'plot_acceptance', 'load_drafters', 'compare', 'eval_parser',
+           'eval_main']
 
 # %% ../nbs/06_evaluate.ipynb #059420d6
 @dataclass
@@ -101,6 +105,73 @@ def replay(model: DFlashDraftModel, input_ids: torch.Tensor, taps: torch.Tensor,
         p += n + 1
     return rounds
 
+# %% ../nbs/06_evaluate.ipynb #0be67576
+def _start(loss_mask) -> int | None:
+    "Position of the first supervised (response) token; None if there is none."
+    on = torch.nonzero(loss_mask).flatten()
+    return int(on[0]) if len(on) else None
+
+# %% ../nbs/06_evaluate.ipynb #12aca917
+def fused_kv(model: DFlashDraftModel, h: torch.Tensor) -> ContextCache:
+    "Every layer's context K/V of fused contexts `h` [N, T, H] at positions 0..T-1, as one `ContextCache`."
+    pos = torch.arange(h.shape[1], device=h.device).expand(h.shape[0], -1)
+    cos, sin = rope_cos_sin(pos, *model.rope(h.device))
+    return ContextCache([l.self_attn.project_kv(h, cos, sin) for l in model.layers], h.shape[1])
+
+# %% ../nbs/06_evaluate.ipynb #72335055
+def pad_stack(xs) -> torch.Tensor:
+    "Tensors [T_i, ...] zero-padded along dim 0 to the longest and stacked: [N, T_max, ...]."
+    return torch.nn.utils.rnn.pad_sequence(list(xs), batch_first=True)
+
+def prompt_contexts(model: DFlashDraftModel, taps: list) -> ContextCache:
+    "The context K/V of whole prompts from their fc taps [T_i, n_fc*H], padded to the longest: one row per prompt."
+    return fused_kv(model, model.fuse_context(pad_stack(taps).to(model.device)))
+
+# %% ../nbs/06_evaluate.ipynb #d3d4f9ad
+def draft_rows(model: DFlashDraftModel, ctx: ContextCache, rows: torch.Tensor, tokens: torch.Tensor,
+               anchors: torch.Tensor) -> torch.Tensor:
+    "Logits [n, B-1, V] of draft slots 1..B-1: a block per row at `anchors` [n], anchor `tokens`, context `rows` of `ctx`."
+    c, dev, n = model.config, model.device, len(rows)
+    B, L = c.block_size, int(anchors.max())              # keys past a row's own anchor are masked
+    kv = [(k[rows.to(dev), :, :L], v[rows.to(dev), :, :L]) for k, v in ctx.kv]
+    a = anchors.to(dev)[:, None]
+    cos, sin = rope_cos_sin(a + torch.arange(B, device=dev), *model.rope(dev))
+    attend = {k: make_attend(dflash_mask_mod(a, L, B, k.window, k.causal), (n, B, L + B), B, device=dev)
+              for k in set(c.layer_attention)}
+    x = model.embed_blocks(tokens.to(dev))
+    for layer, layer_kv, k in zip(model.layers, kv, c.layer_attention): x = layer(x, layer_kv, cos, sin, attend[k])
+    return model.logits(model.norm(x[:, 1:]))
+
+# %% ../nbs/06_evaluate.ipynb #237523cf
+def _accepts(logits: torch.Tensor, truths: list, budgets: list) -> list[int]:
+    "Accepted drafts per row of `logits` [n, B-1, V] against `truths`: greedy chain (budget None) or DDTree-budget."
+    chain = [j for j, b in enumerate(budgets) if b is None]
+    truth = torch.full((len(chain), logits.shape[1]), -1, dtype=torch.long)      # -1: past the end, no match
+    for row, j in enumerate(chain): truth[row, :len(truths[j])] = truths[j]
+    hits = dict(zip(chain, (logits[chain].argmax(-1) == truth).int().cumprod(1).sum(1).tolist()))
+    return [hits[j] if b is None else accept_tree(b)(logits[j], truths[j]) for j, b in enumerate(budgets)]
+
+# %% ../nbs/06_evaluate.ipynb #d156c37a
+ROW_BYTES = 2 ** 28        # the logits of one batched drafter call stay under this size
+
+@torch.no_grad()
+def replay_prompts(model: DFlashDraftModel, input_ids: list, ctx: ContextCache, starts: list,
+                   budgets=(None,)) -> list:
+    "Rounds [(accepted, checkable)] [rule][row] of every `ctx` row from `starts`; rules: None (chain) or a DDTree budget."
+    B, V = model.config.block_size, model.config.vocab_size
+    todo = [(b, i) for b in range(len(budgets)) for i in range(len(input_ids))]
+    pos, rounds, per_call = {s: starts[s[1]] for s in todo}, {s: [] for s in todo}, max(1, ROW_BYTES // (4 * B * V))
+    while live := [s for s in todo if pos[s] < len(input_ids[s[1]]) - 1]:
+        for part in (live[j:j + per_call] for j in range(0, len(live), per_call)):
+            p, rows = torch.tensor([pos[s] for s in part]), torch.tensor([i for _, i in part])
+            tokens = torch.stack([input_ids[i][at] for i, at in zip(rows.tolist(), p.tolist())])
+            logits = draft_rows(model, ctx, rows, tokens, p).float().cpu()
+            truths = [input_ids[i][at + 1:at + B] for i, at in zip(rows.tolist(), p.tolist())]
+            for s, n, t in zip(part, _accepts(logits, truths, [budgets[b] for b, _ in part]), truths):
+                rounds[s].append((n, len(t)))
+                pos[s] += n + 1
+    return [[rounds[(b, i)] for i in range(len(input_ids))] for b in range(len(budgets))]
+
 # %% ../nbs/06_evaluate.ipynb #ead9e30e
 @dataclass
 class OfflineResult:
@@ -116,47 +187,67 @@ class OfflineResult:
     histogram: list                  # rounds with τ_round = 1..B
     tau_tree: dict = field(default_factory=dict)   # DDTree budget -> τ
     rounds: list = field(default_factory=list)     # per prompt: chain τ_round of each round
+    counts: dict = field(default_factory=dict)     # per slot: rounds checkable / accepted to it / reaching it
 
 # %% ../nbs/06_evaluate.ipynb #6e6566c2
 def round_acceptance(rounds, block_size: int) -> dict:
-    "Conditional/cumulative per-slot acceptance of chain rounds [(accepted, checkable)]."
+    "Conditional/cumulative per-slot acceptance of chain rounds [(accepted, checkable)], and the counts behind them."
     from dflash_nb.train import acceptance_counts, acceptance_metrics
     k = torch.arange(1, block_size)
     n, c = torch.tensor([r[0] for r in rounds]), torch.tensor([r[1] for r in rounds])
-    return acceptance_metrics(acceptance_counts((k <= n[:, None])[None], (k <= c[:, None])[None]))
-
-# %% ../nbs/06_evaluate.ipynb #0be67576
-def _start(loss_mask) -> int | None:
-    "Position of the first supervised (response) token; None if there is none."
-    on = torch.nonzero(loss_mask).flatten()
-    return int(on[0]) if len(on) else None
+    counts = acceptance_counts((k <= n[:, None])[None], (k <= c[:, None])[None])
+    names = ("checkable", "accepted", "reached")
+    return acceptance_metrics(counts) | {"counts": dict(zip(names, counts.long().tolist()))}
 
 # %% ../nbs/06_evaluate.ipynb #83524501
 def _tau(rounds) -> float: return sum(n + 1 for n, _ in rounds) / max(1, len(rounds))
 
+def _samples(cache, indices, tap_ids):
+    "(input_ids, response start, fc taps) of each sample of `indices` (all if None) that has response tokens."
+    for i in range(len(cache)) if indices is None else indices:
+        r = cache[i]
+        if (s := _start(r["loss_mask"])) is not None: yield r["input_ids"], s, cache.taps_for(i, tap_ids)
+
+def _groups(items, n: int):
+    "Lists of up to `n` consecutive `items`."
+    it = iter(items)
+    while group := list(islice(it, n)): yield group
+
+# %% ../nbs/06_evaluate.ipynb #8b3131d5
+def _offline_result(model: DFlashDraftModel, name: str, rounds: list, budgets) -> OfflineResult:
+    "The `OfflineResult` of rounds [rule][prompt] (rule 0: the chain, then DDTree at each of `budgets`)."
+    c, per = model.config, rounds[0]
+    if not per:
+        raise ValueError("No sample in the cache has response tokens (loss_mask is all 0): nothing to evaluate.")
+    chain = [x for r in per for x in r]
+    hist = torch.bincount(torch.tensor([n + 1 for n, _ in chain]), minlength=c.block_size + 1)[1:].tolist()
+    acc, tree = round_acceptance(chain, c.block_size), {b: _tau(sum(r, [])) for b, r in zip(budgets, rounds[1:])}
+    return OfflineResult(name, c.fusion, c.fc_layer_ids, param_counts(model)["total"], _tau(chain),
+                         [_tau(r) for r in per], acc["acc_cond"], acc["acc_cum"], hist, tree,
+                         [[n + 1 for n, _ in r] for r in per], acc["counts"])
+
+# %% ../nbs/06_evaluate.ipynb #15a29cff
+REPLAY_ROWS = 64          # contexts (prompt × transform) held and replayed at once
+
+def offline_tau_many(model: DFlashDraftModel, cache: HiddenStateCache, transforms: dict, indices=None,
+                     budgets=(8, 16, 32, 64)) -> dict:
+    "{name: `OfflineResult`} of `model` over `cache` samples `indices`, each under its tap transform (None: as is)."
+    c, fs = model.config, list(transforms.values())
+    check_compatible(cache, tap_ids=c.fc_layer_ids, convention=c.tap_convention)
+    got = {n: [[] for _ in range(len(budgets) + 1)] for n in transforms}
+    for group in _groups(_samples(cache, indices, c.fc_layer_ids), max(1, REPLAY_ROWS // len(fs))):
+        ids, starts, taps = zip(*group)
+        ctx = prompt_contexts(model, [t if f is None else f(t) for f in fs for t in taps])
+        out = replay_prompts(model, ids * len(fs), ctx, starts * len(fs), (None, *budgets))
+        for k, n in enumerate(transforms):
+            for mine, rows in zip(got[n], out): mine += rows[k * len(ids):(k + 1) * len(ids)]
+    return {n: _offline_result(model, n, r, budgets) for n, r in got.items()}
+
+# %% ../nbs/06_evaluate.ipynb #5d4bf6a6
 def offline_tau(model: DFlashDraftModel, cache: HiddenStateCache, indices=None, budgets=(8, 16, 32, 64),
                 name: str = "drafter", transform=None) -> OfflineResult:
     "Chain and DDTree τ, per-position acceptance and the τ histogram of `model` over `cache` samples `indices`."
-    c = model.config
-    check_compatible(cache, tap_ids=c.fc_layer_ids, convention=c.tap_convention)
-    chain, tree, per = [], {b: [] for b in budgets}, []
-    for i in range(len(cache)) if indices is None else indices:
-        r = cache[i]
-        s = _start(r["loss_mask"])
-        if s is None: continue
-        taps = cache.taps_for(i, c.fc_layer_ids)
-        if transform is not None: taps = transform(taps)          # e.g. a tap ablation (see diagnostics)
-        rounds = replay(model, r["input_ids"], taps, s)
-        chain += rounds
-        per.append(rounds)
-        for b in budgets: tree[b] += replay(model, r["input_ids"], taps, s, accept_tree(b))
-    if not per:
-        raise ValueError("No sample in the cache has response tokens (loss_mask is all 0): nothing to evaluate.")
-    hist = torch.bincount(torch.tensor([n + 1 for n, _ in chain]), minlength=c.block_size + 1)[1:].tolist()
-    acc = round_acceptance(chain, c.block_size)
-    return OfflineResult(name, c.fusion, c.fc_layer_ids, param_counts(model)["total"], _tau(chain),
-                         [_tau(r) for r in per], acc["acc_cond"], acc["acc_cum"], hist,
-                         {b: _tau(v) for b, v in tree.items()}, [[n + 1 for n, _ in r] for r in per])
+    return offline_tau_many(model, cache, {name: transform}, indices, budgets)[name]
 
 # %% ../nbs/06_evaluate.ipynb #47bc5553
 def comparison_rows(results: list[OfflineResult], positions=(1, 2, 4, 8, 15)) -> list[dict]:
@@ -177,17 +268,32 @@ def markdown_table(rows: list[dict]) -> str:
     line = lambda cells: "| " + " | ".join(map(str, cells)) + " |"
     return "\n".join([line(keys), "|" + "---|" * len(keys)] + [line(r[k] for k in keys) for r in rows])
 
+# %% ../nbs/06_evaluate.ipynb #e3b48d29
+def wilson_interval(k, n, z: float = 1.96) -> tuple:
+    "Wilson score interval (lo, hi) of proportions `k`/`n` (numbers or tensors), float64; (0, 1) where `n` is 0."
+    k, n = torch.as_tensor(k, dtype=torch.float64), torch.as_tensor(n, dtype=torch.float64)
+    m = n.clamp(min=1)
+    p, z2 = k / m, z * z
+    centre, half = (p + z2 / (2 * m)) / (1 + z2 / m), z * torch.sqrt(p * (1 - p) / m + z2 / (4 * m * m)) / (1 + z2 / m)
+    return torch.where(n > 0, centre - half, 0.0), torch.where(n > 0, centre + half, 1.0)
+
 # %% ../nbs/06_evaluate.ipynb #278354ca
+SMALL_N = 30      # conditional-acceptance points resting on fewer rounds are labelled with their count
+
 def plot_acceptance(results: list[OfflineResult], ax=None):
-    "Per-position acceptance curves of several drafters on one axes; returns the axes."
+    "Per-position acceptance curves of several drafters on one axes (conditional: with its 95% interval); the axes."
     import matplotlib.pyplot as plt
     ax = ax or plt.subplots(figsize=(7, 4))[1]
     for r, col in zip(results, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4):
         k = range(1, len(r.acc_cum) + 1)
         ax.plot(k, r.acc_cum, "-o", color=col, ms=3, label=f"{r.name} ({r.fusion}) τ={r.tau:.2f}")
         ax.plot(k, r.acc_cond, "--", color=col, alpha=0.6)
+        if r.counts:
+            ax.fill_between(k, *wilson_interval(r.counts["accepted"], r.counts["reached"]), color=col, alpha=0.12, lw=0)
+            for x, y, n in zip(k, r.acc_cond, r.counts["reached"]):
+                if n < SMALL_N: ax.annotate(f"n={n}", (x, y), (0, 4), textcoords="offset points", fontsize=6, color=col)
     ax.set(xlabel="block slot k", ylabel="acceptance", ylim=(0, 1.02),
-           title="acceptance by position (solid: cumulative, dashed: conditional)")
+           title="acceptance by position (solid: cumulative; dashed: conditional, 95% band)")
     ax.legend(fontsize=8)
     return ax
 
