@@ -19,11 +19,11 @@ from .storage import atomic_write
 from .cache import HiddenStateCache, check_compatible
 
 # %% auto #0
-__all__ = ['ROW_BYTES', 'REPLAY_ROWS', 'SMALL_N', 'SHOW', 'DraftTree', 'build_tree', 'tree_attention_mask', 'walk_tree',
-           'accept_chain', 'accept_tree', 'replay', 'fused_kv', 'pad_stack', 'prompt_contexts', 'draft_rows',
-           'replay_prompts', 'OfflineResult', 'round_acceptance', 'offline_tau_many', 'offline_tau', 'comparison_rows',
-           'markdown_table', 'wilson_interval', 'plot_acceptance', 'load_drafters', 'compare', 'eval_parser',
-           'eval_main']
+__all__ = ['SPANS', 'ROW_BYTES', 'REPLAY_ROWS', 'SMALL_N', 'SHOW', 'DraftTree', 'build_tree', 'tree_attention_mask', 'walk_tree',
+           'accept_chain', 'accept_tree', 'replay', 'fused_kv', 'pad_stack', 'prompt_contexts', 'draft_hidden',
+           'replay_prompts', 'OfflineResult', 'round_acceptance', 'offline_result', 'offline_tau_many', 'offline_tau',
+           'comparison_rows', 'markdown_table', 'wilson_interval', 'plot_acceptance', 'load_drafters', 'compare',
+           'eval_parser', 'eval_main']
 
 # %% ../nbs/06_evaluate.ipynb #059420d6
 @dataclass
@@ -35,23 +35,27 @@ class DraftTree:
     def __len__(self): return len(self.tokens)
 
 # %% ../nbs/06_evaluate.ipynb #c733dcdf
-def build_tree(logprobs: torch.Tensor, budget: int) -> DraftTree:
-    "The `budget` most probable draft prefixes under the product of per-slot marginals `logprobs` [B-1, V]."
-    top_lp, top_tok = logprobs.float().topk(min(budget, logprobs.shape[-1]), -1)
-    depth_max, width = top_lp.shape
-    heap, index, nodes = [(-top_lp[0, 0].item(), (0,))], {}, []
+def _grow_tree(top_lp: list, top_tok: torch.Tensor, budget: int) -> DraftTree:
+    "The best-first tree over per-slot top log-probs `top_lp` [B-1][k] (a list, descending) and their tokens [B-1, k]."
+    depth_max, width = len(top_lp), len(top_lp[0])
+    heap, index, nodes = [(-top_lp[0][0], (0,))], {}, []
     while heap and len(nodes) < budget:
         neg, ranks = heapq.heappop(heap)
         d, r = len(ranks), ranks[-1]
         index[ranks] = len(nodes)
         nodes.append((ranks, index.get(ranks[:-1], -1)))
         if r + 1 < width:       # the next sibling: rank r + 1 at the last slot
-            heapq.heappush(heap, (neg + top_lp[d - 1, r].item() - top_lp[d - 1, r + 1].item(), ranks[:-1] + (r + 1,)))
+            heapq.heappush(heap, (neg + top_lp[d - 1][r] - top_lp[d - 1][r + 1], ranks[:-1] + (r + 1,)))
         if d < depth_max:       # the first child: rank 0 at the next slot
-            heapq.heappush(heap, (neg - top_lp[d, 0].item(), ranks + (0,)))
+            heapq.heappush(heap, (neg - top_lp[d][0], ranks + (0,)))
     tokens = [top_tok[len(r) - 1, r[-1]].item() for r, _ in nodes]
     parents, depths = [p for _, p in nodes], [len(r) for r, _ in nodes]
     return DraftTree(torch.tensor(tokens), torch.tensor(parents), torch.tensor(depths))
+
+def build_tree(logprobs: torch.Tensor, budget: int) -> DraftTree:
+    "The `budget` most probable draft prefixes under the product of per-slot marginals `logprobs` [B-1, V]."
+    top_lp, top_tok = logprobs.float().topk(min(budget, logprobs.shape[-1]), -1)
+    return _grow_tree(top_lp.tolist(), top_tok, budget)
 
 # %% ../nbs/06_evaluate.ipynb #d1fd39c8
 def tree_attention_mask(tree: DraftTree) -> torch.Tensor:
@@ -80,13 +84,15 @@ def accept_chain(logits: torch.Tensor, truth: torch.Tensor) -> int:
     return int(hit.int().cumprod(0).sum())
 
 # %% ../nbs/06_evaluate.ipynb #9c133c27
+def _walk_len(tree: DraftTree, truth: torch.Tensor, slots: int) -> int:
+    "Accepted drafts of `tree` (over `slots` draft slots) walked along `truth`, the next tokens."
+    past_end = torch.full((slots + 1 - len(truth),), -1)       # -1: past the end, no match
+    nxt = torch.cat([truth, past_end])
+    return len(walk_tree(tree, nxt[torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])]))
+
 def accept_tree(budget: int):
     "An `accept` rule: DDTree of `budget` nodes, walked along `truth`."
-    def accept(logits, truth):
-        tree = build_tree(logits.log_softmax(-1), budget)
-        past_end = torch.full((len(logits) + 1 - len(truth),), -1)       # -1: past the end, no match
-        nxt = torch.cat([truth, past_end])
-        return len(walk_tree(tree, nxt[torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])]))
+    def accept(logits, truth): return _walk_len(build_tree(logits.log_softmax(-1), budget), truth, len(logits))
     return accept
 
 # %% ../nbs/06_evaluate.ipynb #7074eab4
@@ -116,7 +122,7 @@ def fused_kv(model: DFlashDraftModel, h: torch.Tensor) -> ContextCache:
     "Every layer's context K/V of fused contexts `h` [N, T, H] at positions 0..T-1, as one `ContextCache`."
     pos = torch.arange(h.shape[1], device=h.device).expand(h.shape[0], -1)
     cos, sin = rope_cos_sin(pos, *model.rope(h.device))
-    return ContextCache([l.self_attn.project_kv(h, cos, sin) for l in model.layers], h.shape[1])
+    return ContextCache([layer.self_attn.project_kv(h, cos, sin) for layer in model.layers], h.shape[1])
 
 # %% ../nbs/06_evaluate.ipynb #72335055
 def pad_stack(xs) -> torch.Tensor:
@@ -128,46 +134,73 @@ def prompt_contexts(model: DFlashDraftModel, taps: list) -> ContextCache:
     return fused_kv(model, model.fuse_context(pad_stack(taps).to(model.device)))
 
 # %% ../nbs/06_evaluate.ipynb #d3d4f9ad
-def draft_rows(model: DFlashDraftModel, ctx: ContextCache, rows: torch.Tensor, tokens: torch.Tensor,
-               anchors: torch.Tensor) -> torch.Tensor:
-    "Logits [n, B-1, V] of draft slots 1..B-1: a block per row at `anchors` [n], anchor `tokens`, context `rows` of `ctx`."
+def draft_hidden(model: DFlashDraftModel, ctx: ContextCache, rows: torch.Tensor, tokens: torch.Tensor,
+                 anchors: torch.Tensor) -> torch.Tensor:
+    "Final hidden states [n, B-1, H] of slots 1..B-1 of one block per row at `anchors` [n] (`tokens`), over `rows`."
     c, dev, n = model.config, model.device, len(rows)
     B, L = c.block_size, int(anchors.max())              # keys past a row's own anchor are masked
     kv = [(k[rows.to(dev), :, :L], v[rows.to(dev), :, :L]) for k, v in ctx.kv]
     a = anchors.to(dev)[:, None]
     cos, sin = rope_cos_sin(a + torch.arange(B, device=dev), *model.rope(dev))
-    attend = {k: make_attend(dflash_mask_mod(a, L, B, k.window, k.causal), (n, B, L + B), B, device=dev)
+    attend = {k: make_attend(dflash_mask_mod(a, L, B, k.window, k.causal), (n, B, L + B), B, "sdpa", dev)
               for k in set(c.layer_attention)}
     x = model.embed_blocks(tokens.to(dev))
     for layer, layer_kv, k in zip(model.layers, kv, c.layer_attention): x = layer(x, layer_kv, cos, sin, attend[k])
-    return model.logits(model.norm(x[:, 1:]))
+    return model.norm(x[:, 1:])
 
 # %% ../nbs/06_evaluate.ipynb #237523cf
-def _accepts(logits: torch.Tensor, truths: list, budgets: list) -> list[int]:
-    "Accepted drafts per row of `logits` [n, B-1, V] against `truths`: greedy chain (budget None) or DDTree-budget."
-    chain = [j for j, b in enumerate(budgets) if b is None]
-    truth = torch.full((len(chain), logits.shape[1]), -1, dtype=torch.long)      # -1: past the end, no match
-    for row, j in enumerate(chain): truth[row, :len(truths[j])] = truths[j]
-    hits = dict(zip(chain, (logits[chain].argmax(-1) == truth).int().cumprod(1).sum(1).tolist()))
-    return [hits[j] if b is None else accept_tree(b)(logits[j], truths[j]) for j, b in enumerate(budgets)]
+SPANS = ((0, 1), (1, 3), (3, 7), (7, None))     # chain slots scored together: rows go on while all were right
+
+def _chain_accepts(model: DFlashDraftModel, h: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
+    "Leading greedy drafts of hidden states `h` [n, B-1, H] that match `truth` [n, B-1] (-1 past the end)."
+    got, alive = torch.zeros(len(h), dtype=torch.long), torch.arange(len(h))
+    for lo, hi in SPANS:
+        if not len(alive) or lo >= h.shape[1]: break
+        top = model.logits(h[alive.to(h.device), lo:hi]).max(-1).indices.cpu()
+        hit = (top == truth[alive, lo:hi]).int().cumprod(1)
+        got[alive] += hit.sum(1)
+        alive = alive[hit[:, -1].bool()]
+    return got
+
+# %% ../nbs/06_evaluate.ipynb #5cbc8cce
+def _tree_accepts(logits: torch.Tensor, truths: list, budget: int) -> list[int]:
+    "`accept_tree(budget)` of each row of `logits` [n, B-1, V], the log-softmax and top-k done for all rows at once."
+    top_lp, top_tok = logits.log_softmax(-1).topk(min(budget, logits.shape[-1]), -1)
+    return [_walk_len(_grow_tree(lp, tok, budget), t, logits.shape[1])
+            for lp, tok, t in zip(top_lp.tolist(), top_tok, truths)]
+
+def _accepts(model: DFlashDraftModel, h: torch.Tensor, truths: list, budgets: list) -> list[int]:
+    "Accepted drafts per row of hidden states `h` [n, B-1, H] against `truths`: chain (budget None) or DDTree-budget."
+    got = {}
+    for b in dict.fromkeys(budgets):
+        js = [j for j, x in enumerate(budgets) if x == b]
+        if b is None:
+            truth = torch.full((len(js), h.shape[1]), -1, dtype=torch.long)     # -1: past the end, no match
+            for row, j in enumerate(js): truth[row, :len(truths[j])] = truths[j]
+            got |= dict(zip(js, _chain_accepts(model, h[js], truth).tolist()))
+        else:
+            got |= dict(zip(js, _tree_accepts(model.logits(h[js]).float().cpu(), [truths[j] for j in js], b)))
+    return [got[j] for j in range(len(budgets))]
 
 # %% ../nbs/06_evaluate.ipynb #d156c37a
-ROW_BYTES = 2 ** 28        # the logits of one batched drafter call stay under this size
+ROW_BYTES = 2 ** 28        # the logits of one batched call stay under this size
 
 @torch.no_grad()
 def replay_prompts(model: DFlashDraftModel, input_ids: list, ctx: ContextCache, starts: list,
                    budgets=(None,)) -> list:
-    "Rounds [(accepted, checkable)] [rule][row] of every `ctx` row from `starts`; rules: None (chain) or a DDTree budget."
+    "Rounds [(accepted, checkable)] [rule][row] of each `ctx` row from `starts`; rule: None (chain) or DDTree budget."
     B, V = model.config.block_size, model.config.vocab_size
     todo = [(b, i) for b in range(len(budgets)) for i in range(len(input_ids))]
     pos, rounds, per_call = {s: starts[s[1]] for s in todo}, {s: [] for s in todo}, max(1, ROW_BYTES // (4 * B * V))
     while live := [s for s in todo if pos[s] < len(input_ids[s[1]]) - 1]:
         for part in (live[j:j + per_call] for j in range(0, len(live), per_call)):
-            p, rows = torch.tensor([pos[s] for s in part]), torch.tensor([i for _, i in part])
-            tokens = torch.stack([input_ids[i][at] for i, at in zip(rows.tolist(), p.tolist())])
-            logits = draft_rows(model, ctx, rows, tokens, p).float().cpu()
-            truths = [input_ids[i][at + 1:at + B] for i, at in zip(rows.tolist(), p.tolist())]
-            for s, n, t in zip(part, _accepts(logits, truths, [budgets[b] for b, _ in part]), truths):
+            blocks = {}                                   # rules at the same (row, anchor) share one block
+            for b, i in part: blocks.setdefault((i, pos[(b, i)]), len(blocks))
+            rows, p = (torch.tensor(x) for x in zip(*blocks))
+            tokens = torch.stack([input_ids[i][at] for i, at in blocks])
+            h = draft_hidden(model, ctx, rows, tokens, p)[[blocks[(i, pos[(b, i)])] for b, i in part]]
+            truths = [input_ids[i][pos[(b, i)] + 1:pos[(b, i)] + B] for b, i in part]
+            for s, n, t in zip(part, _accepts(model, h, truths, [budgets[b] for b, _ in part]), truths):
                 rounds[s].append((n, len(t)))
                 pos[s] += n + 1
     return [[rounds[(b, i)] for i in range(len(input_ids))] for b in range(len(budgets))]
@@ -214,7 +247,7 @@ def _groups(items, n: int):
     while group := list(islice(it, n)): yield group
 
 # %% ../nbs/06_evaluate.ipynb #8b3131d5
-def _offline_result(model: DFlashDraftModel, name: str, rounds: list, budgets) -> OfflineResult:
+def offline_result(model: DFlashDraftModel, name: str, rounds: list, budgets) -> OfflineResult:
     "The `OfflineResult` of rounds [rule][prompt] (rule 0: the chain, then DDTree at each of `budgets`)."
     c, per = model.config, rounds[0]
     if not per:
@@ -241,7 +274,7 @@ def offline_tau_many(model: DFlashDraftModel, cache: HiddenStateCache, transform
         out = replay_prompts(model, ids * len(fs), ctx, starts * len(fs), (None, *budgets))
         for k, n in enumerate(transforms):
             for mine, rows in zip(got[n], out): mine += rows[k * len(ids):(k + 1) * len(ids)]
-    return {n: _offline_result(model, n, r, budgets) for n, r in got.items()}
+    return {n: offline_result(model, n, r, budgets) for n, r in got.items()}
 
 # %% ../nbs/06_evaluate.ipynb #5d4bf6a6
 def offline_tau(model: DFlashDraftModel, cache: HiddenStateCache, indices=None, budgets=(8, 16, 32, 64),
