@@ -13,7 +13,7 @@ import torch
 from .model import DFlashDraftModel, drafter_state_dict
 from .cache import HiddenStateCache
 from .extract import capture_layers, tap_sites
-from .evaluate import offline_tau, OfflineResult
+from .evaluate import offline_tau, offline_tau_many, OfflineResult
 
 # %% auto #0
 __all__ = ['RMSStats', 'rms_stats', 'layer_rms_live', 'layer_rms_cache', 'plot_layer_norms', 'fc_blocks', 'fc_report',
@@ -170,16 +170,18 @@ def tap_means(cache: HiddenStateCache, taps: list, indices=None) -> dict:
 # %% ../nbs/08_diagnostics.ipynb #58d85a07
 def tap_ablation(model: DFlashDraftModel, cache: HiddenStateCache, modes=("zero", "mean"), indices=None) -> tuple:
     "(base result, rows): τ, Δτ and share of the gain per (tap, mode), 'absent' rows for taps fc does not read."
-    c = model.config
-    base = offline_tau(model, cache, indices, budgets=(), name="base")
-    means, rows = tap_means(cache, c.fc_layer_ids, indices), []
+    c, idx = model.config, None if indices is None else list(indices)       # read twice: means, then τ
+    means = tap_means(cache, c.fc_layer_ids, idx)
+    edits = {(t, mode): tap_transform(c.fc_layer_ids, c.hidden_size, t, mode, means[t] if mode == "mean" else 0.0)
+             for t in c.fc_layer_ids for mode in modes}
+    res = offline_tau_many(model, cache, {"base": None} | edits, idx, budgets=())
+    base, rows = res["base"], []
     for t in c.target_layer_ids:
         if t not in c.fc_layer_ids:
             rows.append({"tap": t, "mode": "absent", "tau": base.tau, "delta": 0.0, "share": None})
             continue
         for mode in modes:
-            f = tap_transform(c.fc_layer_ids, c.hidden_size, t, mode, means[t] if mode == "mean" else 0.0)
-            tau = offline_tau(model, cache, indices, budgets=(), transform=f).tau
+            tau = res[(t, mode)].tau
             share = (base.tau - tau) / (base.tau - 1) if base.tau > 1 else None
             rows.append({"tap": t, "mode": mode, "tau": tau, "delta": tau - base.tau, "share": share})
     return base, rows

@@ -8,18 +8,22 @@ Docs: https://dflash-nb.github.io/dflash_nb/evaluate.html.md"""
 from __future__ import annotations
 import argparse, heapq, json, sys
 from dataclasses import dataclass, field, asdict
+from itertools import islice
 from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 from .config import ATTENTION_MODES
-from .model import DFlashDraftModel, param_counts, describe_drafter
+from .model import (DFlashDraftModel, ContextCache, param_counts, describe_drafter, rope_cos_sin,
+                             dflash_mask_mod, make_attend)
 from .storage import atomic_write
 from .cache import HiddenStateCache, check_compatible
 
 # %% auto #0
-__all__ = ['SHOW', 'DraftTree', 'build_tree', 'tree_attention_mask', 'walk_tree', 'accept_chain', 'accept_tree', 'replay',
-           'OfflineResult', 'round_acceptance', 'offline_tau', 'comparison_rows', 'markdown_table', 'plot_acceptance',
-           'load_drafters', 'compare', 'eval_parser', 'eval_main']
+__all__ = ['SPANS', 'ROW_BYTES', 'REPLAY_ROWS', 'SMALL_N', 'SHOW', 'DraftTree', 'build_tree', 'tree_attention_mask', 'walk_tree',
+           'accept_chain', 'accept_tree', 'replay', 'fused_kv', 'pad_stack', 'prompt_contexts', 'draft_hidden',
+           'replay_prompts', 'OfflineResult', 'round_acceptance', 'offline_result', 'offline_tau_many', 'offline_tau',
+           'comparison_rows', 'markdown_table', 'wilson_interval', 'plot_acceptance', 'load_drafters', 'compare',
+           'eval_parser', 'eval_main']
 
 # %% ../nbs/06_evaluate.ipynb #059420d6
 @dataclass
@@ -31,23 +35,27 @@ class DraftTree:
     def __len__(self): return len(self.tokens)
 
 # %% ../nbs/06_evaluate.ipynb #c733dcdf
-def build_tree(logprobs: torch.Tensor, budget: int) -> DraftTree:
-    "The `budget` most probable draft prefixes under the product of per-slot marginals `logprobs` [B-1, V]."
-    top_lp, top_tok = logprobs.float().topk(min(budget, logprobs.shape[-1]), -1)
-    depth_max, width = top_lp.shape
-    heap, index, nodes = [(-top_lp[0, 0].item(), (0,))], {}, []
+def _grow_tree(top_lp: list, top_tok: torch.Tensor, budget: int) -> DraftTree:
+    "The best-first tree over per-slot top log-probs `top_lp` [B-1][k] (a list, descending) and their tokens [B-1, k]."
+    depth_max, width = len(top_lp), len(top_lp[0])
+    heap, index, nodes = [(-top_lp[0][0], (0,))], {}, []
     while heap and len(nodes) < budget:
         neg, ranks = heapq.heappop(heap)
         d, r = len(ranks), ranks[-1]
         index[ranks] = len(nodes)
         nodes.append((ranks, index.get(ranks[:-1], -1)))
         if r + 1 < width:       # the next sibling: rank r + 1 at the last slot
-            heapq.heappush(heap, (neg + top_lp[d - 1, r].item() - top_lp[d - 1, r + 1].item(), ranks[:-1] + (r + 1,)))
+            heapq.heappush(heap, (neg + top_lp[d - 1][r] - top_lp[d - 1][r + 1], ranks[:-1] + (r + 1,)))
         if d < depth_max:       # the first child: rank 0 at the next slot
-            heapq.heappush(heap, (neg - top_lp[d, 0].item(), ranks + (0,)))
+            heapq.heappush(heap, (neg - top_lp[d][0], ranks + (0,)))
     tokens = [top_tok[len(r) - 1, r[-1]].item() for r, _ in nodes]
     parents, depths = [p for _, p in nodes], [len(r) for r, _ in nodes]
     return DraftTree(torch.tensor(tokens), torch.tensor(parents), torch.tensor(depths))
+
+def build_tree(logprobs: torch.Tensor, budget: int) -> DraftTree:
+    "The `budget` most probable draft prefixes under the product of per-slot marginals `logprobs` [B-1, V]."
+    top_lp, top_tok = logprobs.float().topk(min(budget, logprobs.shape[-1]), -1)
+    return _grow_tree(top_lp.tolist(), top_tok, budget)
 
 # %% ../nbs/06_evaluate.ipynb #d1fd39c8
 def tree_attention_mask(tree: DraftTree) -> torch.Tensor:
@@ -76,13 +84,15 @@ def accept_chain(logits: torch.Tensor, truth: torch.Tensor) -> int:
     return int(hit.int().cumprod(0).sum())
 
 # %% ../nbs/06_evaluate.ipynb #9c133c27
+def _walk_len(tree: DraftTree, truth: torch.Tensor, slots: int) -> int:
+    "Accepted drafts of `tree` (over `slots` draft slots) walked along `truth`, the next tokens."
+    past_end = torch.full((slots + 1 - len(truth),), -1)       # -1: past the end, no match
+    nxt = torch.cat([truth, past_end])
+    return len(walk_tree(tree, nxt[torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])]))
+
 def accept_tree(budget: int):
     "An `accept` rule: DDTree of `budget` nodes, walked along `truth`."
-    def accept(logits, truth):
-        tree = build_tree(logits.log_softmax(-1), budget)
-        past_end = torch.full((len(logits) + 1 - len(truth),), -1)       # -1: past the end, no match
-        nxt = torch.cat([truth, past_end])
-        return len(walk_tree(tree, nxt[torch.cat([torch.zeros(1, dtype=torch.long), tree.depths])]))
+    def accept(logits, truth): return _walk_len(build_tree(logits.log_softmax(-1), budget), truth, len(logits))
     return accept
 
 # %% ../nbs/06_evaluate.ipynb #7074eab4
@@ -101,6 +111,100 @@ def replay(model: DFlashDraftModel, input_ids: torch.Tensor, taps: torch.Tensor,
         p += n + 1
     return rounds
 
+# %% ../nbs/06_evaluate.ipynb #0be67576
+def _start(loss_mask) -> int | None:
+    "Position of the first supervised (response) token; None if there is none."
+    on = torch.nonzero(loss_mask).flatten()
+    return int(on[0]) if len(on) else None
+
+# %% ../nbs/06_evaluate.ipynb #12aca917
+def fused_kv(model: DFlashDraftModel, h: torch.Tensor) -> ContextCache:
+    "Every layer's context K/V of fused contexts `h` [N, T, H] at positions 0..T-1, as one `ContextCache`."
+    pos = torch.arange(h.shape[1], device=h.device).expand(h.shape[0], -1)
+    cos, sin = rope_cos_sin(pos, *model.rope(h.device))
+    return ContextCache([layer.self_attn.project_kv(h, cos, sin) for layer in model.layers], h.shape[1])
+
+# %% ../nbs/06_evaluate.ipynb #72335055
+def pad_stack(xs) -> torch.Tensor:
+    "Tensors [T_i, ...] zero-padded along dim 0 to the longest and stacked: [N, T_max, ...]."
+    return torch.nn.utils.rnn.pad_sequence(list(xs), batch_first=True)
+
+def prompt_contexts(model: DFlashDraftModel, taps: list) -> ContextCache:
+    "The context K/V of whole prompts from their fc taps [T_i, n_fc*H], padded to the longest: one row per prompt."
+    return fused_kv(model, model.fuse_context(pad_stack(taps).to(model.device)))
+
+# %% ../nbs/06_evaluate.ipynb #d3d4f9ad
+def draft_hidden(model: DFlashDraftModel, ctx: ContextCache, rows: torch.Tensor, tokens: torch.Tensor,
+                 anchors: torch.Tensor) -> torch.Tensor:
+    "Final hidden states [n, B-1, H] of slots 1..B-1 of one block per row at `anchors` [n] (`tokens`), over `rows`."
+    c, dev, n = model.config, model.device, len(rows)
+    B, L = c.block_size, int(anchors.max())              # keys past a row's own anchor are masked
+    kv = [(k[rows.to(dev), :, :L], v[rows.to(dev), :, :L]) for k, v in ctx.kv]
+    a = anchors.to(dev)[:, None]
+    cos, sin = rope_cos_sin(a + torch.arange(B, device=dev), *model.rope(dev))
+    attend = {k: make_attend(dflash_mask_mod(a, L, B, k.window, k.causal), (n, B, L + B), B, "sdpa", dev)
+              for k in set(c.layer_attention)}
+    x = model.embed_blocks(tokens.to(dev))
+    for layer, layer_kv, k in zip(model.layers, kv, c.layer_attention): x = layer(x, layer_kv, cos, sin, attend[k])
+    return model.norm(x[:, 1:])
+
+# %% ../nbs/06_evaluate.ipynb #237523cf
+SPANS = ((0, 1), (1, 3), (3, 7), (7, None))     # chain slots scored together: rows go on while all were right
+
+def _chain_accepts(model: DFlashDraftModel, h: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
+    "Leading greedy drafts of hidden states `h` [n, B-1, H] that match `truth` [n, B-1] (-1 past the end)."
+    got, alive = torch.zeros(len(h), dtype=torch.long), torch.arange(len(h))
+    for lo, hi in SPANS:
+        if not len(alive) or lo >= h.shape[1]: break
+        top = model.logits(h[alive.to(h.device), lo:hi]).max(-1).indices.cpu()
+        hit = (top == truth[alive, lo:hi]).int().cumprod(1)
+        got[alive] += hit.sum(1)
+        alive = alive[hit[:, -1].bool()]
+    return got
+
+# %% ../nbs/06_evaluate.ipynb #5cbc8cce
+def _tree_accepts(logits: torch.Tensor, truths: list, budget: int) -> list[int]:
+    "`accept_tree(budget)` of each row of `logits` [n, B-1, V], the log-softmax and top-k done for all rows at once."
+    top_lp, top_tok = logits.log_softmax(-1).topk(min(budget, logits.shape[-1]), -1)
+    return [_walk_len(_grow_tree(lp, tok, budget), t, logits.shape[1])
+            for lp, tok, t in zip(top_lp.tolist(), top_tok, truths)]
+
+def _accepts(model: DFlashDraftModel, h: torch.Tensor, truths: list, budgets: list) -> list[int]:
+    "Accepted drafts per row of hidden states `h` [n, B-1, H] against `truths`: chain (budget None) or DDTree-budget."
+    got = {}
+    for b in dict.fromkeys(budgets):
+        js = [j for j, x in enumerate(budgets) if x == b]
+        if b is None:
+            truth = torch.full((len(js), h.shape[1]), -1, dtype=torch.long)     # -1: past the end, no match
+            for row, j in enumerate(js): truth[row, :len(truths[j])] = truths[j]
+            got |= dict(zip(js, _chain_accepts(model, h[js], truth).tolist()))
+        else:
+            got |= dict(zip(js, _tree_accepts(model.logits(h[js]).float().cpu(), [truths[j] for j in js], b)))
+    return [got[j] for j in range(len(budgets))]
+
+# %% ../nbs/06_evaluate.ipynb #d156c37a
+ROW_BYTES = 2 ** 28        # the logits of one batched call stay under this size
+
+@torch.no_grad()
+def replay_prompts(model: DFlashDraftModel, input_ids: list, ctx: ContextCache, starts: list,
+                   budgets=(None,)) -> list:
+    "Rounds [(accepted, checkable)] [rule][row] of each `ctx` row from `starts`; rule: None (chain) or DDTree budget."
+    B, V = model.config.block_size, model.config.vocab_size
+    todo = [(b, i) for b in range(len(budgets)) for i in range(len(input_ids))]
+    pos, rounds, per_call = {s: starts[s[1]] for s in todo}, {s: [] for s in todo}, max(1, ROW_BYTES // (4 * B * V))
+    while live := [s for s in todo if pos[s] < len(input_ids[s[1]]) - 1]:
+        for part in (live[j:j + per_call] for j in range(0, len(live), per_call)):
+            blocks = {}                                   # rules at the same (row, anchor) share one block
+            for b, i in part: blocks.setdefault((i, pos[(b, i)]), len(blocks))
+            rows, p = (torch.tensor(x) for x in zip(*blocks))
+            tokens = torch.stack([input_ids[i][at] for i, at in blocks])
+            h = draft_hidden(model, ctx, rows, tokens, p)[[blocks[(i, pos[(b, i)])] for b, i in part]]
+            truths = [input_ids[i][pos[(b, i)] + 1:pos[(b, i)] + B] for b, i in part]
+            for s, n, t in zip(part, _accepts(model, h, truths, [budgets[b] for b, _ in part]), truths):
+                rounds[s].append((n, len(t)))
+                pos[s] += n + 1
+    return [[rounds[(b, i)] for i in range(len(input_ids))] for b in range(len(budgets))]
+
 # %% ../nbs/06_evaluate.ipynb #ead9e30e
 @dataclass
 class OfflineResult:
@@ -116,47 +220,67 @@ class OfflineResult:
     histogram: list                  # rounds with τ_round = 1..B
     tau_tree: dict = field(default_factory=dict)   # DDTree budget -> τ
     rounds: list = field(default_factory=list)     # per prompt: chain τ_round of each round
+    counts: dict = field(default_factory=dict)     # per slot: rounds checkable / accepted to it / reaching it
 
 # %% ../nbs/06_evaluate.ipynb #6e6566c2
 def round_acceptance(rounds, block_size: int) -> dict:
-    "Conditional/cumulative per-slot acceptance of chain rounds [(accepted, checkable)]."
+    "Conditional/cumulative per-slot acceptance of chain rounds [(accepted, checkable)], and the counts behind them."
     from dflash_nb.train import acceptance_counts, acceptance_metrics
     k = torch.arange(1, block_size)
     n, c = torch.tensor([r[0] for r in rounds]), torch.tensor([r[1] for r in rounds])
-    return acceptance_metrics(acceptance_counts((k <= n[:, None])[None], (k <= c[:, None])[None]))
-
-# %% ../nbs/06_evaluate.ipynb #0be67576
-def _start(loss_mask) -> int | None:
-    "Position of the first supervised (response) token; None if there is none."
-    on = torch.nonzero(loss_mask).flatten()
-    return int(on[0]) if len(on) else None
+    counts = acceptance_counts((k <= n[:, None])[None], (k <= c[:, None])[None])
+    names = ("checkable", "accepted", "reached")
+    return acceptance_metrics(counts) | {"counts": dict(zip(names, counts.long().tolist()))}
 
 # %% ../nbs/06_evaluate.ipynb #83524501
 def _tau(rounds) -> float: return sum(n + 1 for n, _ in rounds) / max(1, len(rounds))
 
+def _samples(cache, indices, tap_ids):
+    "(input_ids, response start, fc taps) of each sample of `indices` (all if None) that has response tokens."
+    for i in range(len(cache)) if indices is None else indices:
+        r = cache[i]
+        if (s := _start(r["loss_mask"])) is not None: yield r["input_ids"], s, cache.taps_for(i, tap_ids)
+
+def _groups(items, n: int):
+    "Lists of up to `n` consecutive `items`."
+    it = iter(items)
+    while group := list(islice(it, n)): yield group
+
+# %% ../nbs/06_evaluate.ipynb #8b3131d5
+def offline_result(model: DFlashDraftModel, name: str, rounds: list, budgets) -> OfflineResult:
+    "The `OfflineResult` of rounds [rule][prompt] (rule 0: the chain, then DDTree at each of `budgets`)."
+    c, per = model.config, rounds[0]
+    if not per:
+        raise ValueError("No sample in the cache has response tokens (loss_mask is all 0): nothing to evaluate.")
+    chain = [x for r in per for x in r]
+    hist = torch.bincount(torch.tensor([n + 1 for n, _ in chain]), minlength=c.block_size + 1)[1:].tolist()
+    acc, tree = round_acceptance(chain, c.block_size), {b: _tau(sum(r, [])) for b, r in zip(budgets, rounds[1:])}
+    return OfflineResult(name, c.fusion, c.fc_layer_ids, param_counts(model)["total"], _tau(chain),
+                         [_tau(r) for r in per], acc["acc_cond"], acc["acc_cum"], hist, tree,
+                         [[n + 1 for n, _ in r] for r in per], acc["counts"])
+
+# %% ../nbs/06_evaluate.ipynb #15a29cff
+REPLAY_ROWS = 64          # contexts (prompt × transform) held and replayed at once
+
+def offline_tau_many(model: DFlashDraftModel, cache: HiddenStateCache, transforms: dict, indices=None,
+                     budgets=(8, 16, 32, 64)) -> dict:
+    "{name: `OfflineResult`} of `model` over `cache` samples `indices`, each under its tap transform (None: as is)."
+    c, fs = model.config, list(transforms.values())
+    check_compatible(cache, tap_ids=c.fc_layer_ids, convention=c.tap_convention)
+    got = {n: [[] for _ in range(len(budgets) + 1)] for n in transforms}
+    for group in _groups(_samples(cache, indices, c.fc_layer_ids), max(1, REPLAY_ROWS // len(fs))):
+        ids, starts, taps = zip(*group)
+        ctx = prompt_contexts(model, [t if f is None else f(t) for f in fs for t in taps])
+        out = replay_prompts(model, ids * len(fs), ctx, starts * len(fs), (None, *budgets))
+        for k, n in enumerate(transforms):
+            for mine, rows in zip(got[n], out): mine += rows[k * len(ids):(k + 1) * len(ids)]
+    return {n: offline_result(model, n, r, budgets) for n, r in got.items()}
+
+# %% ../nbs/06_evaluate.ipynb #5d4bf6a6
 def offline_tau(model: DFlashDraftModel, cache: HiddenStateCache, indices=None, budgets=(8, 16, 32, 64),
                 name: str = "drafter", transform=None) -> OfflineResult:
     "Chain and DDTree τ, per-position acceptance and the τ histogram of `model` over `cache` samples `indices`."
-    c = model.config
-    check_compatible(cache, tap_ids=c.fc_layer_ids, convention=c.tap_convention)
-    chain, tree, per = [], {b: [] for b in budgets}, []
-    for i in range(len(cache)) if indices is None else indices:
-        r = cache[i]
-        s = _start(r["loss_mask"])
-        if s is None: continue
-        taps = cache.taps_for(i, c.fc_layer_ids)
-        if transform is not None: taps = transform(taps)          # e.g. a tap ablation (see diagnostics)
-        rounds = replay(model, r["input_ids"], taps, s)
-        chain += rounds
-        per.append(rounds)
-        for b in budgets: tree[b] += replay(model, r["input_ids"], taps, s, accept_tree(b))
-    if not per:
-        raise ValueError("No sample in the cache has response tokens (loss_mask is all 0): nothing to evaluate.")
-    hist = torch.bincount(torch.tensor([n + 1 for n, _ in chain]), minlength=c.block_size + 1)[1:].tolist()
-    acc = round_acceptance(chain, c.block_size)
-    return OfflineResult(name, c.fusion, c.fc_layer_ids, param_counts(model)["total"], _tau(chain),
-                         [_tau(r) for r in per], acc["acc_cond"], acc["acc_cum"], hist,
-                         {b: _tau(v) for b, v in tree.items()}, [[n + 1 for n, _ in r] for r in per])
+    return offline_tau_many(model, cache, {name: transform}, indices, budgets)[name]
 
 # %% ../nbs/06_evaluate.ipynb #47bc5553
 def comparison_rows(results: list[OfflineResult], positions=(1, 2, 4, 8, 15)) -> list[dict]:
@@ -177,17 +301,32 @@ def markdown_table(rows: list[dict]) -> str:
     line = lambda cells: "| " + " | ".join(map(str, cells)) + " |"
     return "\n".join([line(keys), "|" + "---|" * len(keys)] + [line(r[k] for k in keys) for r in rows])
 
+# %% ../nbs/06_evaluate.ipynb #e3b48d29
+def wilson_interval(k, n, z: float = 1.96) -> tuple:
+    "Wilson score interval (lo, hi) of proportions `k`/`n` (numbers or tensors), float64; (0, 1) where `n` is 0."
+    k, n = torch.as_tensor(k, dtype=torch.float64), torch.as_tensor(n, dtype=torch.float64)
+    m = n.clamp(min=1)
+    p, z2 = k / m, z * z
+    centre, half = (p + z2 / (2 * m)) / (1 + z2 / m), z * torch.sqrt(p * (1 - p) / m + z2 / (4 * m * m)) / (1 + z2 / m)
+    return torch.where(n > 0, centre - half, 0.0), torch.where(n > 0, centre + half, 1.0)
+
 # %% ../nbs/06_evaluate.ipynb #278354ca
+SMALL_N = 30      # conditional-acceptance points resting on fewer rounds are labelled with their count
+
 def plot_acceptance(results: list[OfflineResult], ax=None):
-    "Per-position acceptance curves of several drafters on one axes; returns the axes."
+    "Per-position acceptance curves of several drafters on one axes (conditional: with its 95% interval); the axes."
     import matplotlib.pyplot as plt
     ax = ax or plt.subplots(figsize=(7, 4))[1]
     for r, col in zip(results, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4):
         k = range(1, len(r.acc_cum) + 1)
         ax.plot(k, r.acc_cum, "-o", color=col, ms=3, label=f"{r.name} ({r.fusion}) τ={r.tau:.2f}")
         ax.plot(k, r.acc_cond, "--", color=col, alpha=0.6)
+        if r.counts:
+            ax.fill_between(k, *wilson_interval(r.counts["accepted"], r.counts["reached"]), color=col, alpha=0.12, lw=0)
+            for x, y, n in zip(k, r.acc_cond, r.counts["reached"]):
+                if n < SMALL_N: ax.annotate(f"n={n}", (x, y), (0, 4), textcoords="offset points", fontsize=6, color=col)
     ax.set(xlabel="block slot k", ylabel="acceptance", ylim=(0, 1.02),
-           title="acceptance by position (solid: cumulative, dashed: conditional)")
+           title="acceptance by position (solid: cumulative; dashed: conditional, 95% band)")
     ax.legend(fontsize=8)
     return ax
 

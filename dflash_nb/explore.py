@@ -6,15 +6,16 @@ Docs: https://dflash-nb.github.io/dflash_nb/explore_taps.html.md"""
 
 # %% ../nbs/09_explore_taps.ipynb #0cf2d13e
 from __future__ import annotations
-import time
+import io, time
 from dataclasses import dataclass
 import torch
 from .cache import HiddenStateCache, select_taps
-from .evaluate import offline_tau, plot_acceptance
+from .evaluate import offline_tau, offline_result, plot_acceptance, pad_stack, fused_kv, replay_prompts
 from .diagnostics import fc_report, plot_fc_report
 
 # %% auto #0
-__all__ = ['MemoryCache', 'TapExplorer', 'ExplorerState', 'explorer_update', 'explorer_figure', 'explorer_widget']
+__all__ = ['MemoryCache', 'TapInputs', 'tap_inputs', 'scaled_tau', 'TapExplorer', 'ExplorerState', 'explorer_update',
+           'update_figure', 'explorer_figure', 'figure_png', 'explorer_widget']
 
 # %% ../nbs/09_explore_taps.ipynb #2b2fecb9
 class MemoryCache:
@@ -33,6 +34,33 @@ class MemoryCache:
         "Taps `layer_ids` of sample `i`, [T, len(layer_ids)*H] (as `HiddenStateCache.taps_for`)."
         return select_taps(self.samples[i]["taps"], self.tap_ids, layer_ids, self.hidden_size)
 
+# %% ../nbs/09_explore_taps.ipynb #e7dc7875
+@dataclass
+class TapInputs:
+    "What a tap scale cannot change, for one drafter: tokens, response starts, and the fc taps of every sample."
+    input_ids: list
+    starts: list                     # first response position per sample (None: no response)
+    taps: torch.Tensor               # [N, T_max, n_fc*H], zero-padded, on the drafter's device
+
+def tap_inputs(model, cache) -> TapInputs:
+    "`TapInputs` of `model` over every sample of `cache`."
+    c, idx = model.config, range(len(cache))
+    starts = [int(m.nonzero()[0]) if m.any() else None for m in (cache[i]["loss_mask"] for i in idx)]
+    taps = pad_stack([cache.taps_for(i, c.fc_layer_ids) for i in idx]).to(model.device)
+    return TapInputs([cache[i]["input_ids"] for i in idx], starts, taps)
+
+# %% ../nbs/09_explore_taps.ipynb #5cf9b430
+@torch.no_grad()
+def scaled_tau(model, inputs: TapInputs, scales: dict, rows=None, name: str = "drafter"):
+    "Chain `OfflineResult` of `model` on samples `rows` (all if None) with each fc tap's input scaled by `scales`."
+    c = model.config
+    rows = [i for i in (range(len(inputs.starts)) if rows is None else rows) if inputs.starts[i] is not None]
+    ids, starts = [inputs.input_ids[i] for i in rows], [inputs.starts[i] for i in rows]
+    s = torch.cat([torch.full((c.hidden_size,), float(scales.get(t, 1.0))) for t in c.fc_layer_ids])
+    taps = inputs.taps[rows, :max(map(len, ids), default=0)]
+    ctx = fused_kv(model, model.fuse_context(taps * s.to(taps.device, taps.dtype)))
+    return offline_result(model, name, replay_prompts(model, ids, ctx, starts), ())
+
 # %% ../nbs/09_explore_taps.ipynb #69c94565
 class TapExplorer:
     "Offline τ, per-position acceptance and tap contributions of drafters {layout: model} under per-tap input scales."
@@ -40,6 +68,7 @@ class TapExplorer:
         self.drafters = drafters
         self.cache = MemoryCache(cache, indices) if isinstance(cache, HiddenStateCache) else cache
         self.reports = {k: fc_report(m, self.cache) for k, m in drafters.items()}
+        self.inputs = {k: tap_inputs(m, self.cache) for k, m in drafters.items()}
         self.taps = sorted({t for m in drafters.values() for t in m.config.target_layer_ids})
 
     def scale_transform(self, layout: str, scales: dict):
@@ -72,21 +101,34 @@ def _scaled_rows(rows, scales):
 def explorer_update(ex: TapExplorer, layout: str, scales: dict, prompt: int | None = None) -> ExplorerState:
     "Re-evaluate drafter `layout` with tap input `scales` on one prompt (index into the explorer's samples) or all."
     t0 = time.perf_counter()
-    idx = None if prompt is None else [prompt]
-    res = offline_tau(ex.drafters[layout], ex.cache, idx, budgets=(), name=layout,
-                      transform=ex.scale_transform(layout, scales))
+    res = scaled_tau(ex.drafters[layout], ex.inputs[layout], scales, None if prompt is None else [prompt], layout)
     return ExplorerState(res, _scaled_rows(ex.reports[layout], scales), time.perf_counter() - t0)
 
 # %% ../nbs/09_explore_taps.ipynb #6b3dba50
+def update_figure(fig, state: ExplorerState, title: str = "", bars: bool = True):
+    "Redraw `fig` (from `explorer_figure`) for `state` in place: the acceptance panel, and the bars if `bars`."
+    a1, a2 = fig.axes
+    a1.clear()
+    plot_acceptance([state.result], ax=a1)
+    if bars:
+        a2.clear()
+        plot_fc_report(state.contributions, ax=a2, title="contribution share (scaled)")
+    fig.suptitle(title or f"{state.result.name}: τ = {state.result.tau:.2f}")
+    return fig
+
 def explorer_figure(state: ExplorerState, title: str = ""):
     "Figure with per-position acceptance (left) and tap contribution shares (right) of an `ExplorerState`."
     from matplotlib.figure import Figure
     fig = Figure(figsize=(10, 3.2), layout="constrained")
-    a1, a2 = fig.subplots(1, 2, width_ratios=[3, 2])
-    plot_acceptance([state.result], ax=a1)
-    plot_fc_report(state.contributions, ax=a2, title="contribution share (scaled)")
-    fig.suptitle(title or f"{state.result.name}: τ = {state.result.tau:.2f}")
-    return fig
+    fig.subplots(1, 2, width_ratios=[3, 2])
+    return update_figure(fig, state, title)
+
+# %% ../nbs/09_explore_taps.ipynb #fc78e596
+def figure_png(fig, dpi: int = 80) -> bytes:
+    "`fig` rendered as PNG bytes (what an image widget shows)."
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
 
 # %% ../nbs/09_explore_taps.ipynb #a9e9a5cf
 def _explorer_controls(ex: TapExplorer) -> tuple:
@@ -100,21 +142,22 @@ def _explorer_controls(ex: TapExplorer) -> tuple:
 
 # %% ../nbs/09_explore_taps.ipynb #285a3ab2
 def explorer_widget(ex: TapExplorer):
-    "An ipywidgets explorer over `ex`; `.state` holds the last `ExplorerState`."
+    "An ipywidgets explorer over `ex`; `.state` holds the last `ExplorerState`, `.figure` the figure it shows."
     import ipywidgets as W
-    from IPython.display import display
     sliders, prompt, layout = _explorer_controls(ex)
-    out, label = W.Output(), W.HTML()
+    image, label = W.Image(format="png"), W.HTML()
     row = W.HBox(list(sliders.values()), layout=W.Layout(flex_flow="row wrap"))
-    box = W.VBox([W.HBox([layout, prompt]), row, label, out])
+    box = W.VBox([W.HBox([layout, prompt]), row, label, image])
+    box.state = box.figure = None
 
     def refresh(*_):
-        scales = {t: s.value for t, s in sliders.items()}
+        scales, last = {t: s.value for t, s in sliders.items()}, box.state
         box.state = explorer_update(ex, layout.value, scales, None if prompt.value < 0 else prompt.value)
         label.value = f"<b>{layout.value}</b>: τ = {box.state.result.tau:.3f} (updated in {box.state.seconds:.2f} s)"
-        with out:
-            out.clear_output(wait=True)
-            display(explorer_figure(box.state))
+        if box.figure is None: box.figure = explorer_figure(box.state)
+        else: update_figure(box.figure, box.state, bars=last.contributions != box.state.contributions)
+        image.value = figure_png(box.figure)
+        box.figure.set_layout_engine("none")          # laid out on the first draw; later moves keep that layout
     for w in [layout, prompt, *sliders.values()]:
         w.observe(refresh, names="value")
     refresh()
