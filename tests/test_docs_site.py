@@ -107,3 +107,4 @@ def test_explorer_page_plots_and_signatures(site):
         assert missing_entries(page, "explore") == []
         imgs.first.scroll_into_view_if_needed()
         page.screenshot(path=str(artifacts_dir() / "docs-09_explore_taps.png"))
+

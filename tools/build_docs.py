@@ -13,6 +13,8 @@ Run from anywhere: `python tools/build_docs.py --out site/` (default `_docs/`, w
   sidebar linking the pages in `nbs/sidebar.yml` order. Quarto itself cannot be installed offline (the `quarto-cli`
   package downloads its binary when it is built), hence this engine.
 - The notebooks are not executed: pages show the outputs stored in them (`tools/render_notebooks.py` stores them).
+- nbdev's processing executes exported cells, `show_doc` cells and every cell holding an import, so the notebooks
+  keep test imports in import-only cells (`tests/test_notebook_cells.py` checks it); `nbdev-docs` works the same way.
 """
 import argparse, html, os, re, shutil, sys, tempfile
 from pathlib import Path
@@ -31,32 +33,15 @@ def stage(dest: Path) -> Path:
     return dest / "nbs"
 
 
-def docs_eval(cell) -> bool:
-    """Whether the docs build executes `cell`: exported cells, `#| exec_doc` cells, `show_doc` calls and cells of
-    imports only. nbdev's own rule also runs every cell that contains an import anywhere, i.e. test cells that import
-    a helper and use names an earlier, unexecuted test cell made (a NameError), and heavy ones (a training run)."""
-    import ast
-    from nbdev.processors import _show_docs, cell_lang
-    if cell.cell_type != "code" or not cell.source or cell_lang(cell) != "python":
-        return False
-    trees = cell.parsed_()
-    if not trees or cell.directives_.get("eval", "").lower() == "false":
-        return False
-    if cell.directives_.keys() & {"export", "exports", "exporti", "exec_doc"}:
-        return True
-    return all(isinstance(t, (ast.Import, ast.ImportFrom)) for t in trees) or bool(_show_docs(trees))
-
-
 def process(proj: Path) -> Path:
     "nbdev's docs processing of the staged project (as `nbdev-docs` before rendering); returns its `_proc` folder."
     os.chdir(proj)
-    import nbdev.doclinks, nbdev.processors
+    import nbdev.doclinks
     from nbdev.quarto import nbdev_sidebar, refresh_quarto_yml
     from nbdev.serve import proc_nbs
     refresh_quarto_yml()
     nbdev.doclinks._build_modidx()
     nbdev_sidebar.__wrapped__(path=proj / "nbs")
-    nbdev.processors._do_eval = docs_eval        # in this process: so the notebooks are processed here, serially
     return proc_nbs(str(proj / "nbs"), n_workers=0)
 
 
