@@ -13,7 +13,7 @@ import torch
 from .model import DFlashDraftModel, drafter_state_dict
 from .cache import HiddenStateCache
 from .extract import capture_layers, tap_sites
-from .evaluate import offline_tau, offline_tau_many, OfflineResult
+from .evaluate import offline_tau_many, OfflineResult
 
 # %% auto #0
 __all__ = ['RMSStats', 'rms_stats', 'layer_rms_live', 'layer_rms_cache', 'plot_layer_norms', 'fc_blocks', 'fc_report',

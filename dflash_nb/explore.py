@@ -10,7 +10,7 @@ import io, time
 from dataclasses import dataclass
 import torch
 from .cache import HiddenStateCache, select_taps
-from .evaluate import offline_tau, offline_result, plot_acceptance, pad_stack, fused_kv, replay_prompts
+from .evaluate import offline_result, plot_acceptance, pad_stack, fused_kv, replay_prompts
 from .diagnostics import fc_report, plot_fc_report
 
 # %% auto #0
