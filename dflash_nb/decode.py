@@ -22,11 +22,11 @@ from .extract import capture_layers, tap_sites, prompt_token_ids, eos_token_ids
 from .evaluate import DraftTree, build_tree, tree_attention_mask, walk_tree
 
 # %% auto #0
-__all__ = ['TargetPass', 'new_cache', 'target_pass', 'clock', 'stop_ids', 'finish_tokens', 'greedy_generate', 'Decoding',
-           'check_decodable', 'start_decoding', 'accepted_prefix', 'block_attend', 'block_layer', 'draft_block',
-           'conv_windows', 'delta_rule_tree', 'NodeByNodeMixer', 'node_by_node', 'keep_node_state', 'drop_last_kv',
-           'rollback', 'chain_round', 'tree_inputs', 'keep_kv', 'tree_round', 'speculative_generate',
-           'decode_comparison', 'time_per_token']
+__all__ = ['GDN_FORWARD_UNTIL', 'TargetPass', 'new_cache', 'target_pass', 'clock', 'stop_ids', 'finish_tokens', 'greedy_generate',
+           'Decoding', 'check_gdn_forward', 'check_decodable', 'start_decoding', 'accepted_prefix', 'block_attend',
+           'block_layer', 'draft_block', 'conv_windows', 'delta_rule_tree', 'NodeByNodeMixer', 'node_by_node',
+           'keep_node_state', 'drop_last_kv', 'rollback', 'chain_round', 'tree_inputs', 'keep_kv', 'tree_round',
+           'speculative_generate', 'decode_comparison', 'time_per_token']
 
 # %% ../nbs/07_decode.ipynb #e5bf587b
 @dataclass
@@ -121,6 +121,19 @@ class Decoding:
         if phase: self.times[phase] += now - self.last
         self.last = now
 
+# %% ../nbs/07_decode.ipynb #75c29cc4
+GDN_FORWARD_UNTIL = (5, 25)   # first transformers release whose Gated DeltaNet forward the verify does not follow
+
+def check_gdn_forward(target: Target, version: str | None = None) -> None:
+    "A NotImplementedError if `target` has Gated DeltaNet layers and transformers (`version`) is too new for it."
+    import transformers
+    v = version or transformers.__version__
+    major, minor = (int(x) for x in v.split(".")[:2])
+    if linear_attention_layers(target.model) and (major, minor) >= GDN_FORWARD_UNTIL:
+        raise NotImplementedError(f"transformers {v} changed the Gated DeltaNet forward that speculative decoding "
+                                  f"re-runs node by node on {target.name!r}; install transformers<5.25 "
+                                  "(pip install 'transformers<5.25'), as dflash_nb's requirements say.")
+
 # %% ../nbs/07_decode.ipynb #2adc4b7e
 def check_decodable(target: Target, drafter, tree_budget: int | None = None):
     "Raise a ValueError naming the problem if `drafter` cannot speculate for `target` (with a tree of `tree_budget`)."
@@ -137,6 +150,7 @@ def check_decodable(target: Target, drafter, tree_budget: int | None = None):
     if other := [m.layer_idx for m in linear_attention_layers(target.model) if not hasattr(m, "in_proj_qkv")]:
         raise ValueError(f"{target.name!r}: Gated DeltaNet layers {other} lack the Qwen3.5 projections "
                          "(in_proj_qkv, in_proj_z, in_proj_a, in_proj_b) that the node-by-node verify runs.")
+    check_gdn_forward(target)
     if tree_budget is not None and tree_budget < 1:
         raise ValueError(f"tree_budget={tree_budget}: a tree needs at least 1 node.")
 
