@@ -397,5 +397,6 @@ def decode_comparison(target: Target, drafters: dict, prompts, max_new_tokens: i
 # %% ../nbs/07_decode.ipynb #954105f1
 def time_per_token(target: Target, drafter, prompts, max_new_tokens: int, eos_token_id=None,
                    tree_budget: int | None = None) -> dict:
-    "Target-only vs speculative s/token over `prompts` (no prefill; eos as `greedy_generate`), τ, speedup, phase costs."
-    return decode_comparison(target, {0: drafter}, prompts, max_new_tokens, eos_token_id, (tree_budget,))[0, tree_budget]
+    "Target-only vs speculative s/token over `prompts` (no prefill; eos as `greedy_generate`), τ, speedup, costs."
+    runs = decode_comparison(target, {0: drafter}, prompts, max_new_tokens, eos_token_id, (tree_budget,))
+    return runs[0, tree_budget]

@@ -171,7 +171,7 @@ def _json_stage(path: Path, compute):
 
 # %% ../nbs/10_demo.ipynb #3dd468f6
 def stage_online(target, ckpts: dict, samples: list[dict], path: Path, cfg: DemoConfig) -> dict:
-    "Online chain and DDTree-(B-1) decoding of the eval prompts per drafter: τ, speedup, losslessness (JSON at `path`)."
+    "Online chain and DDTree-(B-1) decoding of the eval prompts per drafter: τ, speedup, lossless (JSON at `path`)."
     from dflash_nb.decode import decode_comparison
     from dflash_nb.extract import eos_token_ids
     prompts, eq = [s["input_ids"][s["loss_mask"] == 0].tolist() for s in samples], cfg.drafter.get("block_size", 16) - 1

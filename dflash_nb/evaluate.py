@@ -284,7 +284,7 @@ def offline_tau(model: DFlashDraftModel, cache: HiddenStateCache, indices=None, 
 
 # %% ../nbs/06_evaluate.ipynb #47bc5553
 def comparison_rows(results: list[OfflineResult], positions=(1, 2, 4, 8, 15)) -> list[dict]:
-    "One row per drafter: layout, fc taps, params, τ chain, τ per DDTree budget, cumulative acceptance at `positions`."
+    "One row per drafter: layout, fc taps, params, τ chain, τ per DDTree budget, acc@k (cumulative) at `positions`."
     rows = []
     for r in results:
         row = {"drafter": r.name, "fusion": r.fusion, "fc taps": r.fc_layer_ids,
