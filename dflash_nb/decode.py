@@ -127,9 +127,9 @@ GDN_FORWARD_UNTIL = (5, 25)   # first transformers release whose Gated DeltaNet 
 def check_gdn_forward(target: Target, version: str | None = None) -> None:
     "A NotImplementedError if `target` has Gated DeltaNet layers and transformers (`version`) is too new for it."
     import transformers
+    from packaging.version import Version
     v = version or transformers.__version__
-    major, minor = (int(x) for x in v.split(".")[:2])
-    if linear_attention_layers(target.model) and (major, minor) >= GDN_FORWARD_UNTIL:
+    if linear_attention_layers(target.model) and Version(v).release[:2] >= GDN_FORWARD_UNTIL:
         raise NotImplementedError(f"transformers {v} changed the Gated DeltaNet forward that speculative decoding "
                                   f"re-runs node by node on {target.name!r}; install transformers<5.25 "
                                   "(pip install 'transformers<5.25'), as dflash_nb's requirements say.")

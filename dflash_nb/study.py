@@ -220,13 +220,18 @@ def retrofit_stage(sc: StudyConfig, name: str, seed: int) -> TrainConfig:
 # %% ../nbs/12_recipe_study.ipynb #6346d399
 def retrofit_first_stage(sc: StudyConfig, name: str, seed: int, inputs, stop_after: int | None = None) -> bool:
     "Train retrofit variant `name`'s split stage and save it widened to fused as the second stage's `init_from`."
-    init = retrofit_init(sc, name, seed)
-    if (init / "config.json").exists(): return True
-    ck = train_run(retrofit_stage(sc, name, seed), sc, inputs, stop_after)
+    init, stage = retrofit_init(sc, name, seed), retrofit_stage(sc, name, seed)
+    if (init / "config.json").exists():
+        if diff := config_changes(json.loads((init / "stage.json").read_text()), stage):
+            raise ValueError(f"{init} was widened from a first stage with other settings (saved, now): {diff}. "
+                             f"Restore them, or delete {run_dir(sc, name, seed)} to retrain it.")
+        return True
+    ck = train_run(stage, sc, inputs, stop_after)
     if ck is None: return False
     partial = init.with_name(init.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     retrofit_fused(DFlashDraftModel.from_pretrained(ck, target_model=inputs.target.model)).save_pretrained(partial)
+    (partial / "stage.json").write_text(json.dumps(asdict(stage), indent=1))
     partial.rename(init)
     return True
 
