@@ -11,19 +11,20 @@ from dataclasses import dataclass, field, asdict
 from itertools import islice
 from pathlib import Path
 import torch
+import torch.nn.functional as F
 from tqdm.auto import tqdm
 from .config import ATTENTION_MODES
 from .model import (DFlashDraftModel, ContextCache, param_counts, describe_drafter, rope_cos_sin,
-                             dflash_mask_mod, make_attend)
+                             dflash_mask_mod, dense_mask)
 from .storage import atomic_write
 from .cache import HiddenStateCache, check_compatible
 
 # %% auto #0
-__all__ = ['SPANS', 'ROW_BYTES', 'REPLAY_ROWS', 'SMALL_N', 'SHOW', 'DraftTree', 'build_tree', 'tree_attention_mask', 'walk_tree',
-           'accept_chain', 'accept_tree', 'replay', 'fused_kv', 'pad_stack', 'prompt_contexts', 'draft_hidden',
-           'replay_prompts', 'OfflineResult', 'round_acceptance', 'offline_result', 'offline_tau_many', 'offline_tau',
-           'comparison_rows', 'markdown_table', 'wilson_interval', 'plot_acceptance', 'load_drafters', 'compare',
-           'eval_parser', 'eval_main']
+__all__ = ['SPANS', 'ROW_BYTES', 'BLOCKS_PER_CALL', 'REPLAY_ROWS', 'SMALL_N', 'SHOW', 'DraftTree', 'build_tree',
+           'tree_attention_mask', 'walk_tree', 'accept_chain', 'accept_tree', 'replay', 'fused_kv', 'pad_stack',
+           'prompt_contexts', 'BlockDrafts', 'AnchorDrafts', 'anchor_drafts', 'replay_prompts', 'OfflineResult',
+           'round_acceptance', 'offline_result', 'offline_tau_many', 'offline_tau', 'comparison_rows', 'markdown_table',
+           'wilson_interval', 'plot_acceptance', 'load_drafters', 'compare', 'eval_parser', 'eval_main']
 
 # %% ../nbs/06_evaluate.ipynb #059420d6
 @dataclass
@@ -134,75 +135,125 @@ def prompt_contexts(model: DFlashDraftModel, taps: list) -> ContextCache:
     return fused_kv(model, model.fuse_context(pad_stack(taps).to(model.device)))
 
 # %% ../nbs/06_evaluate.ipynb #d3d4f9ad
-def draft_hidden(model: DFlashDraftModel, ctx: ContextCache, rows: torch.Tensor, tokens: torch.Tensor,
-                 anchors: torch.Tensor) -> torch.Tensor:
-    "Final hidden states [n, B-1, H] of slots 1..B-1 of one block per row at `anchors` [n] (`tokens`), over `rows`."
-    c, dev, n = model.config, model.device, len(rows)
-    B, L = c.block_size, int(anchors.max())              # keys past a row's own anchor are masked
-    kv = [(k[rows.to(dev), :, :L], v[rows.to(dev), :, :L]) for k, v in ctx.kv]
-    a = anchors.to(dev)[:, None]
-    cos, sin = rope_cos_sin(a + torch.arange(B, device=dev), *model.rope(dev))
-    attend = {k: make_attend(dflash_mask_mod(a, L, B, k.window, k.causal), (n, B, L + B), B, "sdpa", dev)
-              for k in set(c.layer_attention)}
-    x = model.embed_blocks(tokens.to(dev))
-    for layer, layer_kv, k in zip(model.layers, kv, c.layer_attention): x = layer(x, layer_kv, cos, sin, attend[k])
-    return model.norm(x[:, 1:])
+def _sdpa(mask): return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+
+class BlockDrafts:
+    "Blocks at `anchors` [n] (`tokens`) over `ctx` rows `rows`: all layers but the last on every slot at once."
+    def __init__(self, model: DFlashDraftModel, ctx: ContextCache, rows: torch.Tensor, tokens: torch.Tensor,
+                 anchors: torch.Tensor):
+        c, dev, n = model.config, model.device, len(rows)
+        B, L = c.block_size, int(anchors.max())          # keys past a row's own anchor are masked
+        kv = [(k[rows.to(dev), :, :L], v[rows.to(dev), :, :L]) for k, v in ctx.kv]
+        a = anchors.to(dev)[:, None]
+        self.rope = rope_cos_sin(a + torch.arange(B, device=dev), *model.rope(dev))
+        masks = {k: dense_mask(dflash_mask_mod(a, L, B, k.window, k.causal), n, B, L + B, dev)
+                 for k in set(c.layer_attention)}
+        x = model.embed_blocks(tokens.to(dev))
+        for layer, layer_kv, k in zip(model.layers[:-1], kv, c.layer_attention):
+            x = layer(x, layer_kv, *self.rope, _sdpa(masks[k]))
+        last = model.layers[-1]
+        self.h = last.input_layernorm(x)
+        k, v = last.self_attn.project_kv(self.h, *self.rope)
+        self.model, self.x, self.mask = model, x, masks[c.layer_attention[-1]]
+        self.kv = torch.cat([kv[-1][0], k], 2), torch.cat([kv[-1][1], v], 2)
+
+    def hidden(self, sel: torch.Tensor | None, lo: int, hi: int | None) -> torch.Tensor:
+        "Final hidden states [n_sel, slots, H] of draft slots lo..hi-1 (block slots lo+1..hi) of blocks `sel` (None: all)."
+        layer, pick = self.model.layers[-1], (lambda t: t) if sel is None else (lambda t: t[sel])
+        attn, s = layer.self_attn, slice(lo + 1, None if hi is None else hi + 1)
+        q = attn.query(pick(self.h)[:, s], *(pick(t)[:, s] for t in self.rope))
+        o = _sdpa(pick(self.mask)[:, :, s])(q, *map(pick, self.kv))
+        x = pick(self.x)[:, s] + attn.o_proj(o.transpose(1, 2).flatten(2))
+        return self.model.norm(x + layer.mlp(layer.post_attention_layernorm(x)))
 
 # %% ../nbs/06_evaluate.ipynb #237523cf
 SPANS = ((0, 1), (1, 3), (3, 7), (7, None))     # chain slots scored together: rows go on while all were right
 
-def _chain_accepts(model: DFlashDraftModel, h: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
-    "Leading greedy drafts of hidden states `h` [n, B-1, H] that match `truth` [n, B-1] (-1 past the end)."
-    got, alive = torch.zeros(len(h), dtype=torch.long), torch.arange(len(h))
+def _chain_accepts(model: DFlashDraftModel, hidden, truth: torch.Tensor) -> torch.Tensor:
+    "Leading greedy drafts matching `truth` [n, B-1] (-1 past the end); `hidden(rows, lo, hi)` gives draft slots lo..hi-1."
+    got, alive = torch.zeros(len(truth), dtype=torch.long), torch.arange(len(truth))
     for lo, hi in SPANS:
-        if not len(alive) or lo >= h.shape[1]: break
-        top = model.logits(h[alive.to(h.device), lo:hi]).max(-1).indices.cpu()
+        if not len(alive) or lo >= truth.shape[1]: break
+        rows = None if len(alive) == len(truth) else alive.to(model.device)
+        top = model.logits(hidden(rows, lo, hi)).max(-1).indices.cpu()
         hit = (top == truth[alive, lo:hi]).int().cumprod(1)
         got[alive] += hit.sum(1)
         alive = alive[hit[:, -1].bool()]
     return got
 
 # %% ../nbs/06_evaluate.ipynb #5cbc8cce
-def _tree_accepts(logits: torch.Tensor, truths: list, budget: int) -> list[int]:
-    "`accept_tree(budget)` of each row of `logits` [n, B-1, V], the log-softmax and top-k done for all rows at once."
-    top_lp, top_tok = logits.log_softmax(-1).topk(min(budget, logits.shape[-1]), -1)
-    return [_walk_len(_grow_tree(lp, tok, budget), t, logits.shape[1])
-            for lp, tok, t in zip(top_lp.tolist(), top_tok, truths)]
-
-def _accepts(model: DFlashDraftModel, h: torch.Tensor, truths: list, budgets: list) -> list[int]:
-    "Accepted drafts per row of hidden states `h` [n, B-1, H] against `truths`: chain (budget None) or DDTree-budget."
-    got = {}
-    for b in dict.fromkeys(budgets):
-        js = [j for j, x in enumerate(budgets) if x == b]
-        if b is None:
-            truth = torch.full((len(js), h.shape[1]), -1, dtype=torch.long)     # -1: past the end, no match
-            for row, j in enumerate(js): truth[row, :len(truths[j])] = truths[j]
-            got |= dict(zip(js, _chain_accepts(model, h[js], truth).tolist()))
-        else:
-            got |= dict(zip(js, _tree_accepts(model.logits(h[js]).float().cpu(), [truths[j] for j in js], b)))
-    return [got[j] for j in range(len(budgets))]
+def _tree_accepts(model: DFlashDraftModel, h: torch.Tensor, asks: list) -> list[int]:
+    "`accept_tree` of each ask (j, truth, budget) on block j of hidden states `h` [n, B-1, H]; truth -1 past the end."
+    lp, got = model.logits(h).float().cpu().log_softmax(-1), {}   # the lm_head and log-softmax once per block
+    for b in dict.fromkeys(b for _, _, b in asks):
+        ks = [k for k, a in enumerate(asks) if a[2] == b]
+        top_lp, top_tok = lp[[asks[k][0] for k in ks]].topk(min(b, lp.shape[-1]), -1)
+        for k, lps, toks in zip(ks, top_lp.tolist(), top_tok):
+            truth = asks[k][1]
+            got[k] = _walk_len(_grow_tree(lps, toks, b), truth[truth >= 0], lp.shape[1])
+    return [got[k] for k in range(len(asks))]
 
 # %% ../nbs/06_evaluate.ipynb #d156c37a
-ROW_BYTES = 2 ** 28        # the logits of one batched call stay under this size
+ROW_BYTES = 2 ** 28        # the logits (or gathered context K/V) of one batched call stay under this size
+BLOCKS_PER_CALL = 128      # blocks drafted per call: the context K/V they gather stays cache-sized
+
+def _truths(input_ids: torch.Tensor, B: int) -> torch.Tensor:
+    "[T, B-1]: row p holds the B-1 tokens after anchor p, -1 past the end."
+    return torch.cat([input_ids, input_ids.new_full((B,), -1)])[1:].unfold(0, B - 1, 1)[:len(input_ids)]
+
+def _blocks_per_call(model: DFlashDraftModel, ctx: ContextCache) -> int:
+    "Blocks drafted per call: at most `BLOCKS_PER_CALL`, and their logits and context K/V copies fit in `ROW_BYTES`."
+    kv = sum(2 * k[0].numel() * k.element_size() for k, _ in ctx.kv)
+    return max(1, min(BLOCKS_PER_CALL, ROW_BYTES // max(4 * model.config.block_size * model.config.vocab_size, kv)))
+
+# %% ../nbs/06_evaluate.ipynb #66d71ea5
+@dataclass
+class AnchorDrafts:
+    "Blocks drafted at anchors {(row, position): index}, the tokens after each and the chain's accepted drafts."
+    index: dict
+    blocks: BlockDrafts
+    truths: torch.Tensor             # [n, B-1] the tokens after each anchor, -1 past the end
+    chain: list
+
+def anchor_drafts(model: DFlashDraftModel, ctx: ContextCache, input_ids: list, anchors: list,
+                  chain: bool = True) -> AnchorDrafts:
+    "The blocks drafted at `anchors` [(row, position)] of `ctx`, and (if `chain`) each one's greedy chain accepts."
+    B = model.config.block_size
+    rows, p = (torch.tensor(x) for x in zip(*anchors))
+    per_row = {i: _truths(input_ids[i], B) for i in dict.fromkeys(i for i, _ in anchors)}
+    truths = torch.stack([per_row[i][a] for i, a in anchors])
+    blocks = BlockDrafts(model, ctx, rows, torch.stack([input_ids[i][a] for i, a in anchors]), p)
+    accepts = _chain_accepts(model, blocks.hidden, truths).tolist() if chain else []
+    return AnchorDrafts({a: j for j, a in enumerate(anchors)}, blocks, truths, accepts)
+
+# %% ../nbs/06_evaluate.ipynb #6ce0b939
+def _accepted(model: DFlashDraftModel, d: AnchorDrafts, js: list, budgets: list) -> list[int]:
+    "Accepted drafts of rounds at blocks `js` of `d`, each under its rule: the chain's looked up, DDTree's scored."
+    got = [d.chain[j] if b is None else None for j, b in zip(js, budgets)]
+    tree = [k for k, b in enumerate(budgets) if b is not None]
+    if tree:                         # the last layer and the lm_head run only for the blocks these rounds use
+        used = list(dict.fromkeys(js[k] for k in tree))
+        h, row = d.blocks.hidden(torch.tensor(used, device=model.device), 0, None), {j: r for r, j in enumerate(used)}
+        for k, n in zip(tree, _tree_accepts(model, h, [(row[js[k]], d.truths[js[k]], budgets[k]) for k in tree])):
+            got[k] = n
+    return got
 
 @torch.no_grad()
 def replay_prompts(model: DFlashDraftModel, input_ids: list, ctx: ContextCache, starts: list,
                    budgets=(None,)) -> list:
     "Rounds [(accepted, checkable)] [rule][row] of each `ctx` row from `starts`; rule: None (chain) or DDTree budget."
-    B, V = model.config.block_size, model.config.vocab_size
+    B, T = model.config.block_size, [len(x) for x in input_ids]
     todo = [(b, i) for b in range(len(budgets)) for i in range(len(input_ids))]
-    pos, rounds, per_call = {s: starts[s[1]] for s in todo}, {s: [] for s in todo}, max(1, ROW_BYTES // (4 * B * V))
-    while live := [s for s in todo if pos[s] < len(input_ids[s[1]]) - 1]:
-        for part in (live[j:j + per_call] for j in range(0, len(live), per_call)):
-            blocks = {}                                   # rules at the same (row, anchor) share one block
-            for b, i in part: blocks.setdefault((i, pos[(b, i)]), len(blocks))
-            rows, p = (torch.tensor(x) for x in zip(*blocks))
-            tokens = torch.stack([input_ids[i][at] for i, at in blocks])
-            h = draft_hidden(model, ctx, rows, tokens, p)[[blocks[(i, pos[(b, i)])] for b, i in part]]
-            truths = [input_ids[i][pos[(b, i)] + 1:pos[(b, i)] + B] for b, i in part]
-            for s, n, t in zip(part, _accepts(model, h, truths, [budgets[b] for b, _ in part]), truths):
-                rounds[s].append((n, len(t)))
-                pos[s] += n + 1
+    pos, rounds = {s: starts[s[1]] for s in todo}, {s: [] for s in todo}
+    width = max(1, _blocks_per_call(model, ctx) // max(1, len(input_ids)))   # anchors per row and call
+    for lo in range(0, max((t - 1 - s for t, s in zip(T, starts)), default=0), width):
+        anchors = [(i, s + o) for i, s in enumerate(starts) for o in range(lo, lo + width) if s + o < T[i] - 1]
+        d = anchor_drafts(model, ctx, input_ids, anchors, None in budgets)
+        while steps := [(s, d.index[(s[1], pos[s])]) for s in todo if (s[1], pos[s]) in d.index]:
+            accepted = _accepted(model, d, [j for _, j in steps], [budgets[b] for (b, _), _ in steps])
+            for ((b, i), _), n in zip(steps, accepted):   # every walk in this window of anchors takes a round
+                rounds[(b, i)].append((n, min(B - 1, T[i] - 1 - pos[(b, i)])))
+                pos[(b, i)] += n + 1
     return [[rounds[(b, i)] for i in range(len(input_ids))] for b in range(len(budgets))]
 
 # %% ../nbs/06_evaluate.ipynb #ead9e30e

@@ -158,8 +158,12 @@ class DFlashAttention(nn.Module):
         k = apply_rope(self.k_norm(self._heads(self.k_proj(x), self.nkv)), cos, sin)
         return k, self._heads(self.v_proj(x), self.nkv)
 
+    def query(self, x, cos, sin):
+        "Queries (normed, rotated) [N, heads, T, head_dim] of hidden states `x` [N, T, H]."
+        return apply_rope(self.q_norm(self._heads(self.q_proj(x), self.nh)), cos, sin)
+
     def forward(self, x, ctx_kv, cos, sin, attend):
-        q = apply_rope(self.q_norm(self._heads(self.q_proj(x), self.nh)), cos, sin)
+        q = self.query(x, cos, sin)
         k, v = self.project_kv(x, cos, sin)
         o = attend(q, torch.cat([ctx_kv[0], k], 2), torch.cat([ctx_kv[1], v], 2))
         return self.o_proj(o.transpose(1, 2).reshape(*x.shape[:2], -1))
