@@ -4,17 +4,18 @@ per move) and after (`dflash_nb.explore.explorer_widget`: the scaled taps fused 
 as one batch, the figure redrawn in place and rendered), in one run, on the toy drafters over the explorer's prompts.
 Prints a table; asserts nothing.
 
-    python bench/explorer.py [--prompts 6] [--moves 20] [--threads 1]
+    python bench/explorer.py [--prompts 6] [--moves 20] [--threads N]
 
-Both paths render the figure to PNG at the widget's resolution (`figure_png`), as a notebook shows it; the moves
-sweep the deepest tap's slider over 0..2 (and a middle tap's), and each move's τ is checked equal on both paths.
+Both paths render the figure to PNG at the widget's resolution (80 dpi), as a notebook shows it; the moves sweep the
+deepest tap's slider over 0..2 (and a middle tap's), and each move's τ is checked equal on both paths. Threads: torch's
+default (all cores, as in a notebook) unless `--threads` says otherwise.
 """
-import argparse, statistics, tempfile, time
+import argparse, io, statistics, tempfile, time
 from pathlib import Path
 import torch
 from dflash_nb.cache import HiddenStateCache
 from dflash_nb.evaluate import offline_result, replay, accept_chain
-from dflash_nb.explore import TapExplorer, explorer_widget, explorer_figure, figure_png, ExplorerState
+from dflash_nb.explore import TapExplorer, explorer_widget, explorer_figure, ExplorerState
 from dflash_nb.extract import cached_responses, extract_to_cache
 from dflash_nb.model import DFlashDraftModel
 
@@ -25,6 +26,13 @@ def scaled_rows(rows, scales):
                       else r["contribution"] * abs(float(scales.get(r["tap"], 1.0)))} for r in rows]
     total = sum(r["contribution"] or 0 for r in out) or 1.0
     return [r | {"share": None if r["contribution"] is None else r["contribution"] / total} for r in out]
+
+
+def figure_png(fig, dpi: int = 80) -> bytes:
+    "`fig` rendered as PNG bytes, the way the widget showed it before (`savefig`, everything drawn)."
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
 
 
 def reference_update(ex, layout, scales):
@@ -54,7 +62,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompts", type=int, default=6, help="toy eval prompts in the explorer (default 6, as in 09)")
     ap.add_argument("--moves", type=int, default=20, help="slider moves timed per path (default 20)")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    ap.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads (default: all cores)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     from dflash_nb.toy import load_toy_target, repo_data_dir

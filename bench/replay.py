@@ -3,7 +3,7 @@ below) and after (`dflash_nb.evaluate.offline_tau`: prompts, rules and transform
 same results checked; and how close each comes to the machine: the FLOP/s a FLOP count of the drafter's work implies,
 as a fraction of a measured float32 matmul peak. Prints a table; asserts nothing.
 
-    python bench/replay.py [--prompts 12] [--threads 1] [--repeats 3] [--real] [--real-prompts 6] [--real-new-tokens 64]
+    python bench/replay.py [--prompts 12] [--threads N] [--repeats 3] [--real] [--real-prompts 6] [--real-new-tokens 64]
 
 Targets: the toy target with its two shipped drafters (fused and split, `data/toy-drafters`) on its eval prompts'
 responses; with `--real`, SmolLM2-135M-Instruct (`dflash_nb.gguf.real_target_dir`, needs the `real` extra) with a
@@ -11,11 +11,18 @@ randomly initialised 1-layer drafter (block 16): replay costs the same per round
 drafter gives the most rounds (τ near 1).
 
 FLOP count of the work a replay needs (multiply-adds × 2), the same for both paths: per round, the drafter's layers
-on the B block tokens (q, k, v, o projections, the SwiGLU MLP), attention of the B queries over the context before
-the anchor and the block, and the lm_head on the slots that decide the round (a chain round: its accepted drafts and
-the first wrong one; a DDTree round: all B-1, the tree needs every slot's distribution); plus, once per context token,
-fc and each layer's K/V projection. The per-prompt path does more than this (the lm_head on all B slots, every round).
+but the last on the B block tokens (q, k, v, o projections, the SwiGLU MLP, attention of the B queries over the
+context before the anchor and the block), the last layer's K/V on the B tokens, and its queries, attention, o
+projection and MLP, the final norm and the lm_head only on the slots that decide the round (a chain round: its
+accepted drafts and the first wrong one; a DDTree round: all B-1, the tree needs every slot's distribution); plus,
+once per context token, fc and each layer's K/V projection. The per-prompt path does more than this (the last layer
+and the lm_head on all B slots, every round).
 The context length per round is the mean anchor of the chain rounds (DDTree rounds are counted at the same mean).
+The batched path does more than the rounds need in one way: it drafts every anchor's block (all layers but the last),
+about τ times the blocks the chain's rounds use, in a few large calls; the GFLOP/s column counts only the needed work.
+
+Threads: torch's default (all cores) unless `--threads` says otherwise; the per-prompt path's small operations gain
+little from a second thread, the batched path's large ones do, so run both `--threads 1` and the default.
 """
 import argparse, statistics, tempfile, time
 from pathlib import Path
@@ -70,8 +77,9 @@ def round_flops(model, ctx_len: float, slots: float) -> float:
     c = model.config
     H, B, inter, V, q, kv = c.hidden_size, c.block_size, c.intermediate_size, c.vocab_size, \
         c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
-    layer = B * (2 * H * q + 2 * H * kv + 3 * H * inter) + 2 * B * q * (ctx_len + B)
-    return 2 * (c.num_hidden_layers * layer + slots * H * V)
+    per_query = 2 * H * q + 3 * H * inter + 2 * q * (ctx_len + B)        # q and o projections, MLP, attention
+    layer = B * (per_query + 2 * H * kv)
+    return 2 * ((c.num_hidden_layers - 1) * layer + B * 2 * H * kv + slots * (per_query + H * V))
 
 
 def context_flops(model, tokens: int) -> float:
@@ -94,8 +102,8 @@ def work(model, cache, result, budgets) -> tuple:
     B, ctx = model.config.block_size, statistics.mean(anchors)
     slots = sum(min(t, B - 1) for taus in result.rounds for t in taus)     # accepted drafts + the first wrong one
     tree = sum(_tree_rounds(result, b) for b in budgets)
-    flops = round_flops(model, ctx, 0) * (len(anchors) + tree)
-    flops += 2 * model.config.hidden_size * model.config.vocab_size * (slots + tree * (B - 1))
+    base, per_slot = round_flops(model, ctx, 0), round_flops(model, ctx, 1) - round_flops(model, ctx, 0)
+    flops = base * (len(anchors) + tree) + per_slot * (slots + tree * (B - 1))
     return len(anchors) + tree, flops + context_flops(model, tokens)
 
 
@@ -157,7 +165,7 @@ def real_case(n_prompts, new_tokens, work_dir):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompts", type=int, default=12, help="toy eval prompts (default 12)")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    ap.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads (default: all)")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs of each path, alternated; best kept (default 3)")
     ap.add_argument("--real", action="store_true", help="also SmolLM2-135M (needs the real extra)")
     ap.add_argument("--real-prompts", type=int, default=6)

@@ -11,11 +11,10 @@ from dataclasses import dataclass, field, asdict
 from itertools import islice
 from pathlib import Path
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 from .config import ATTENTION_MODES
 from .model import (DFlashDraftModel, ContextCache, param_counts, describe_drafter, rope_cos_sin,
-                             dflash_mask_mod, dense_mask)
+                             dflash_mask_mod, dense_mask, sdpa_attend)
 from .storage import atomic_write
 from .cache import HiddenStateCache, check_compatible
 
@@ -135,14 +134,13 @@ def prompt_contexts(model: DFlashDraftModel, taps: list) -> ContextCache:
     return fused_kv(model, model.fuse_context(pad_stack(taps).to(model.device)))
 
 # %% ../nbs/06_evaluate.ipynb #d3d4f9ad
-def _sdpa(mask): return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-
 class BlockDrafts:
-    "Blocks at `anchors` [n] (`tokens`) over `ctx` rows `rows`: all layers but the last on every slot at once."
+    "Blocks at `anchors` [n] (`tokens`) over `ctx` rows `rows`; the last layer runs in `hidden`, where asked."
     def __init__(self, model: DFlashDraftModel, ctx: ContextCache, rows: torch.Tensor, tokens: torch.Tensor,
                  anchors: torch.Tensor):
         c, dev, n = model.config, model.device, len(rows)
         B, L = c.block_size, int(anchors.max())          # keys past a row's own anchor are masked
+        model.check_positions(L + B - 1)
         kv = [(k[rows.to(dev), :, :L], v[rows.to(dev), :, :L]) for k, v in ctx.kv]
         a = anchors.to(dev)[:, None]
         self.rope = rope_cos_sin(a + torch.arange(B, device=dev), *model.rope(dev))
@@ -150,19 +148,19 @@ class BlockDrafts:
                  for k in set(c.layer_attention)}
         x = model.embed_blocks(tokens.to(dev))
         for layer, layer_kv, k in zip(model.layers[:-1], kv, c.layer_attention):
-            x = layer(x, layer_kv, *self.rope, _sdpa(masks[k]))
+            x = layer(x, layer_kv, *self.rope, sdpa_attend(masks[k]))
         last = model.layers[-1]
         self.h = last.input_layernorm(x)
         k, v = last.self_attn.project_kv(self.h, *self.rope)
         self.model, self.x, self.mask = model, x, masks[c.layer_attention[-1]]
         self.kv = torch.cat([kv[-1][0], k], 2), torch.cat([kv[-1][1], v], 2)
 
-    def hidden(self, sel: torch.Tensor | None, lo: int, hi: int | None) -> torch.Tensor:
-        "Final hidden states [n_sel, slots, H] of draft slots lo..hi-1 (block slots lo+1..hi) of blocks `sel` (None: all)."
+    def hidden(self, sel, lo: int, hi: int | None) -> torch.Tensor:
+        "Final hidden states [n_sel, hi-lo, H] of draft slots lo..hi-1 (block slots lo+1..hi) of blocks `sel` or all."
         layer, pick = self.model.layers[-1], (lambda t: t) if sel is None else (lambda t: t[sel])
         attn, s = layer.self_attn, slice(lo + 1, None if hi is None else hi + 1)
         q = attn.query(pick(self.h)[:, s], *(pick(t)[:, s] for t in self.rope))
-        o = _sdpa(pick(self.mask)[:, :, s])(q, *map(pick, self.kv))
+        o = sdpa_attend(pick(self.mask)[:, :, s])(q, *map(pick, self.kv))
         x = pick(self.x)[:, s] + attn.o_proj(o.transpose(1, 2).flatten(2))
         return self.model.norm(x + layer.mlp(layer.post_attention_layernorm(x)))
 
@@ -170,7 +168,7 @@ class BlockDrafts:
 SPANS = ((0, 1), (1, 3), (3, 7), (7, None))     # chain slots scored together: rows go on while all were right
 
 def _chain_accepts(model: DFlashDraftModel, hidden, truth: torch.Tensor) -> torch.Tensor:
-    "Leading greedy drafts matching `truth` [n, B-1] (-1 past the end); `hidden(rows, lo, hi)` gives draft slots lo..hi-1."
+    "Leading greedy drafts matching `truth` [n, B-1] (-1 past the end); `hidden(rows, lo, hi)`: draft slots lo..hi-1."
     got, alive = torch.zeros(len(truth), dtype=torch.long), torch.arange(len(truth))
     for lo, hi in SPANS:
         if not len(alive) or lo >= truth.shape[1]: break
@@ -183,13 +181,13 @@ def _chain_accepts(model: DFlashDraftModel, hidden, truth: torch.Tensor) -> torc
 
 # %% ../nbs/06_evaluate.ipynb #5cbc8cce
 def _tree_accepts(model: DFlashDraftModel, h: torch.Tensor, asks: list) -> list[int]:
-    "`accept_tree` of each ask (j, truth, budget) on block j of hidden states `h` [n, B-1, H]; truth -1 past the end."
+    "`accept_tree` of each ask (j, truth, budget) on block j of hidden states `h` [n, slots, H]; truth -1 past the end."
     lp, got = model.logits(h).float().cpu().log_softmax(-1), {}   # the lm_head and log-softmax once per block
     for b in dict.fromkeys(b for _, _, b in asks):
         ks = [k for k, a in enumerate(asks) if a[2] == b]
         top_lp, top_tok = lp[[asks[k][0] for k in ks]].topk(min(b, lp.shape[-1]), -1)
         for k, lps, toks in zip(ks, top_lp.tolist(), top_tok):
-            truth = asks[k][1]
+            truth = asks[k][1][:lp.shape[1]]
             got[k] = _walk_len(_grow_tree(lps, toks, b), truth[truth >= 0], lp.shape[1])
     return [got[k] for k in range(len(asks))]
 
@@ -231,9 +229,9 @@ def _accepted(model: DFlashDraftModel, d: AnchorDrafts, js: list, budgets: list)
     "Accepted drafts of rounds at blocks `js` of `d`, each under its rule: the chain's looked up, DDTree's scored."
     got = [d.chain[j] if b is None else None for j, b in zip(js, budgets)]
     tree = [k for k, b in enumerate(budgets) if b is not None]
-    if tree:                         # the last layer and the lm_head run only for the blocks these rounds use
-        used = list(dict.fromkeys(js[k] for k in tree))
-        h, row = d.blocks.hidden(torch.tensor(used, device=model.device), 0, None), {j: r for r, j in enumerate(used)}
+    if tree:                         # the last layer and the lm_head run only on the blocks and slots these rounds use
+        used, depth = list(dict.fromkeys(js[k] for k in tree)), min(max(budgets[k] for k in tree), d.truths.shape[1])
+        h, row = d.blocks.hidden(torch.tensor(used, device=model.device), 0, depth), {j: r for r, j in enumerate(used)}
         for k, n in zip(tree, _tree_accepts(model, h, [(row[js[k]], d.truths[js[k]], budgets[k]) for k in tree])):
             got[k] = n
     return got

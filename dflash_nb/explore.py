@@ -15,7 +15,7 @@ from .diagnostics import fc_report, plot_fc_report
 
 # %% auto #0
 __all__ = ['MemoryCache', 'TapInputs', 'tap_inputs', 'scaled_tau', 'TapExplorer', 'ExplorerState', 'explorer_update',
-           'update_figure', 'explorer_figure', 'figure_png', 'explorer_widget']
+           'update_figure', 'explorer_figure', 'ExplorerFigure', 'explorer_widget']
 
 # %% ../nbs/09_explore_taps.ipynb #2b2fecb9
 class MemoryCache:
@@ -105,13 +105,13 @@ def explorer_update(ex: TapExplorer, layout: str, scales: dict, prompt: int | No
     return ExplorerState(res, _scaled_rows(ex.reports[layout], scales), time.perf_counter() - t0)
 
 # %% ../nbs/09_explore_taps.ipynb #6b3dba50
-def update_figure(fig, state: ExplorerState, title: str = "", bars: bool = True):
-    "Redraw `fig` (from `explorer_figure`) for `state` in place: the acceptance panel, and the bars if `bars`."
+def update_figure(fig, state: ExplorerState, title: str = "", bars: bool = True, clear: bool = True):
+    "Redraw `fig` (from `explorer_figure`) for `state`: the acceptance panel, and the bars if `bars`."
     a1, a2 = fig.axes
-    a1.clear()
+    if clear: a1.clear()
     plot_acceptance([state.result], ax=a1)
     if bars:
-        a2.clear()
+        if clear: a2.clear()
         plot_fc_report(state.contributions, ax=a2, title="contribution share (scaled)")
     fig.suptitle(title or f"{state.result.name}: τ = {state.result.tau:.2f}")
     return fig
@@ -123,12 +123,48 @@ def explorer_figure(state: ExplorerState, title: str = ""):
     fig.subplots(1, 2, width_ratios=[3, 2])
     return update_figure(fig, state, title)
 
-# %% ../nbs/09_explore_taps.ipynb #fc78e596
-def figure_png(fig, dpi: int = 80) -> bytes:
-    "`fig` rendered as PNG bytes (what an image widget shows)."
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    return buf.getvalue()
+# %% ../nbs/09_explore_taps.ipynb #6556a404
+def _changing(fig) -> list:
+    "The artists of an explorer figure that a new state changes: curves, band, labels, legend, bars, title."
+    a1, a2 = fig.axes
+    title = fig.suptitle(fig.get_suptitle())                # the title's text artist (public API: set it again)
+    return [*a1.lines, *a1.collections, *a1.texts, a1.get_legend(), *a2.patches, *a2.texts, title]
+
+class ExplorerFigure:
+    "An explorer figure drawn once in full; `update` redraws only what a state changes, `png` renders it."
+    def __init__(self, state: ExplorerState, dpi: int = 80):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        self.fig = explorer_figure(state)
+        self.fig.set_dpi(dpi)
+        a1, a2 = self.fig.axes
+        a1.set_xlim(a1.get_xlim())
+        a2.set_ylim(0, 1)
+        self.canvas = FigureCanvasAgg(self.fig)
+        self.canvas.draw()                                 # lays the figure out and places the legend, once
+        self.fig.set_layout_engine("none")
+        box = a1.get_legend().get_window_extent().transformed(a1.transAxes.inverted())
+        self.legend_at = (box.x0, box.y0)
+        self.update(state, background=True)
+
+    def update(self, state: ExplorerState, bars: bool = True, background: bool = False):
+        "Show `state` (the bars too if `bars`) over the kept picture; `background`: first take that picture."
+        a1, a2 = self.fig.axes
+        for a in [*a1.lines, *a1.collections, *a1.texts] + ([*a2.patches, *a2.texts] if bars else []): a.remove()
+        update_figure(self.fig, state, bars=bars, clear=False)
+        a1.get_legend().set_loc(self.legend_at)
+        for a in _changing(self.fig): a.set_animated(True)
+        if background:
+            self.canvas.draw()                             # everything that stays
+            self.background = self.canvas.copy_from_bbox(self.fig.bbox)
+        self.canvas.restore_region(self.background)
+        for a in _changing(self.fig): self.fig.draw_artist(a)
+
+    def png(self) -> bytes:
+        "The figure as PNG bytes (what an image widget shows)."
+        from PIL import Image
+        buf, image = io.BytesIO(), Image.frombuffer("RGBA", self.canvas.get_width_height(), self.canvas.buffer_rgba())
+        image.save(buf, "png", compress_level=1)       # fast; the widget's PNG never leaves this machine
+        return buf.getvalue()
 
 # %% ../nbs/09_explore_taps.ipynb #a9e9a5cf
 def _explorer_controls(ex: TapExplorer) -> tuple:
@@ -142,7 +178,7 @@ def _explorer_controls(ex: TapExplorer) -> tuple:
 
 # %% ../nbs/09_explore_taps.ipynb #285a3ab2
 def explorer_widget(ex: TapExplorer):
-    "An ipywidgets explorer over `ex`; `.state` holds the last `ExplorerState`, `.figure` the figure it shows."
+    "An ipywidgets explorer over `ex`; `.state` holds the last `ExplorerState`, `.figure` the `ExplorerFigure` shown."
     import ipywidgets as W
     sliders, prompt, layout = _explorer_controls(ex)
     image, label = W.Image(format="png"), W.HTML()
@@ -153,10 +189,9 @@ def explorer_widget(ex: TapExplorer):
     def refresh(*_):
         scales, last = {t: s.value for t, s in sliders.items()}, box.state
         box.state = explorer_update(ex, layout.value, scales, None if prompt.value < 0 else prompt.value)
-        if box.figure is None: box.figure = explorer_figure(box.state)
-        else: update_figure(box.figure, box.state, bars=last.contributions != box.state.contributions)
-        image.value = figure_png(box.figure)
-        box.figure.set_layout_engine("none")          # laid out on the first draw; later moves keep that layout
+        if box.figure is None: box.figure = ExplorerFigure(box.state)
+        else: box.figure.update(box.state, bars=last.contributions != box.state.contributions)
+        image.value = box.figure.png()
         # the label last: when a reader (or a browser test) sees the new τ, the figure already shows it
         label.value = f"<b>{layout.value}</b>: τ = {box.state.result.tau:.3f} (updated in {box.state.seconds:.2f} s)"
     for w in [layout, prompt, *sliders.values()]:

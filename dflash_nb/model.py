@@ -21,9 +21,9 @@ from .storage import atomic_write
 
 # %% auto #0
 __all__ = ['ATTN_IMPLS', 'SHARED_PREFIXES', 'RMSNorm', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope', 'SwiGLU', 'dflash_mask_mod',
-           'dense_mask', 'make_attend', 'DFlashAttention', 'FusedContext', 'DFlashDecoderLayer', 'DFlashDraftModel',
-           'ContextCache', 'per_anchor_logits', 'drafter_state_dict', 'read_drafter_tensors', 'infer_fusion',
-           'hub_drafter_config', 'describe_drafter', 'param_counts']
+           'dense_mask', 'sdpa_attend', 'make_attend', 'DFlashAttention', 'FusedContext', 'DFlashDecoderLayer',
+           'DFlashDraftModel', 'ContextCache', 'per_anchor_logits', 'drafter_state_dict', 'read_drafter_tensors',
+           'infer_fusion', 'hub_drafter_config', 'describe_drafter', 'param_counts']
 
 # %% ../nbs/01_model.ipynb #deb5023f
 class RMSNorm(nn.Module):
@@ -125,15 +125,17 @@ def _blockwise_attend(mod, n: int, q_len: int, ctx_len: int, block_size: int, de
     return attend
 
 # %% ../nbs/01_model.ipynb #e694841b
+def sdpa_attend(mask: torch.Tensor):
+    "An attention function `(q, k, v) -> out`: PyTorch's SDPA with the bool `mask` (from `dense_mask`), GQA."
+    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+
 def make_attend(mod, shape: tuple, block_size: int, impl: str = "auto", device=None):
     "An attention function `(q, k, v) -> out` applying mask_mod `mod` to `shape` = (batch, q_len, kv_len) scores."
     n, q_len, kv_len = shape   # keys: kv_len - q_len context, then the q_len block keys
     device = torch.device(device or "cpu")
     if impl == "auto": impl = "flex" if device.type == "cuda" else "blockwise"
     if impl == "blockwise": return _blockwise_attend(mod, n, q_len, kv_len - q_len, block_size, device)
-    if impl == "sdpa":
-        mask = dense_mask(mod, n, q_len, kv_len, device)
-        return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    if impl == "sdpa": return sdpa_attend(dense_mask(mod, n, q_len, kv_len, device))
     if impl == "flex":
         from torch.nn.attention.flex_attention import create_block_mask
         bm, flex = create_block_mask(mod, n, None, q_len, kv_len, device=device), _flex_fn(device)
@@ -312,12 +314,16 @@ def logits(self: DFlashDraftModel, h: torch.Tensor) -> torch.Tensor:
 
 # %% ../nbs/01_model.ipynb #11aa5ce7
 @patch
+def check_positions(self: DFlashDraftModel, last: int):
+    "Refuse blocks whose last position `last` lies beyond the drafter's RoPE range (`max_position_embeddings`)."
+    if last >= self.config.max_position_embeddings:
+        raise ValueError(f"Block positions reach {last}, beyond max_position_embeddings="
+                         f"{self.config.max_position_embeddings}: truncate the sequences (TrainConfig.max_len) or "
+                         "use a drafter made for longer contexts.")
+
+@patch
 def _run_layers(self: DFlashDraftModel, x, ctx: list, pos, anchors, ctx_len: int, impl: str):
     c = self.config
-    if pos.numel() and int(pos.max()) >= c.max_position_embeddings:
-        raise ValueError(f"Block positions reach {int(pos.max())}, "
-                         f"beyond max_position_embeddings={c.max_position_embeddings}: "
-                         "truncate the sequences (TrainConfig.max_len) or use a drafter made for longer contexts.")
     cos, sin = rope_cos_sin(pos, *self.rope(x.device))
     n, q_len, kinds = *x.shape[:2], c.layer_attention
     mod = lambda a: dflash_mask_mod(anchors, ctx_len, c.block_size, a.window, a.causal)
@@ -331,6 +337,7 @@ def draft_logits(self: DFlashDraftModel, anchor_tokens: torch.Tensor, cache: Con
                  impl: str = "auto") -> torch.Tensor:
     "Logits [N, block_size, V] of one block per row, anchored at position `cache.length` with tokens [N]."
     B, p = self.config.block_size, cache.length
+    self.check_positions(p + B - 1)
     x = self.embed_blocks(anchor_tokens)
     pos = torch.arange(p, p + B, device=x.device).expand(x.shape[0], -1)
     anchors = torch.full((x.shape[0], 1), p, device=x.device)
@@ -339,13 +346,14 @@ def draft_logits(self: DFlashDraftModel, anchor_tokens: torch.Tensor, cache: Con
 # %% ../nbs/01_model.ipynb #320b37c9
 @patch
 def train_hidden(self: DFlashDraftModel, input_ids: torch.Tensor, taps: torch.Tensor, anchors: torch.Tensor,
-                 impl: str = "auto"):
+                 impl: str = "auto", check: bool = True):
     "Final-normed hidden states [N, A, B, H] for blocks at `anchors` [N, A] of `input_ids` [N, T]; taps [N, T, n_fc*H]."
     N, T = input_ids.shape
-    if anchors.numel() and not (0 <= int(anchors.min()) and int(anchors.max()) < T):
+    if check and anchors.numel() and not (0 <= int(anchors.min()) and int(anchors.max()) < T):
         raise ValueError(f"anchors must lie in 0..{T-1} (the sequence length is {T}); "
                          f"got {anchors.min().item()}..{anchors.max().item()}.")
     A, B = anchors.shape[1], self.config.block_size
+    self.check_positions(T - 1 + B - 1)                   # anchors < T: no block reaches past this position
     ctx = [self.fused_context(taps)] * len(self.layers)   # each layer projects its K/V inside its own forward
     x = self.embed_blocks(input_ids.gather(1, anchors)).view(N, A * B, -1)
     pos = (anchors[..., None] + torch.arange(B, device=anchors.device)).view(N, A * B)
@@ -353,9 +361,9 @@ def train_hidden(self: DFlashDraftModel, input_ids: torch.Tensor, taps: torch.Te
 
 # %% ../nbs/01_model.ipynb #fa8a0770
 @patch
-def forward(self: DFlashDraftModel, input_ids, taps, anchors, impl: str = "auto"):
+def forward(self: DFlashDraftModel, input_ids, taps, anchors, impl: str = "auto", check: bool = True):
     "Training logits [N, A, B, V] (see `train_hidden`)."
-    return self.logits(self.train_hidden(input_ids, taps, anchors, impl))
+    return self.logits(self.train_hidden(input_ids, taps, anchors, impl, check))
 
 # %% ../nbs/01_model.ipynb #3943816d
 def per_anchor_logits(model: DFlashDraftModel, input_ids, taps, anchors, impl: str = "auto") -> torch.Tensor:
