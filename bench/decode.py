@@ -110,11 +110,11 @@ class ScheduledDrafter(torch.nn.Module):
     device = property(lambda self: self.drafter.device)
     def extend_context(self, taps, cache=None): return self.drafter.extend_context(taps, cache)
     def script(self, logits, p):
-        "The logits [B-1, V] of slots 1.. for the anchor at position p, made to draft the script."
+        "Logits like `logits` [B-1, V] (slots 1.. for the anchor at position p) that draft the script, made cheaply."
         B, V = self.config.block_size, self.config.vocab_size
-        truth, k = torch.tensor((self.seq + [0] * B)[p + 1:p + B]), self.wrong[p % len(self.wrong)] - 1
-        truth[k:] = (truth[k:] + 1) % V
-        return logits * 0 + 10.0 * torch.nn.functional.one_hot(truth, V).to(logits)
+        k = self.wrong[p % len(self.wrong)] - 1
+        truth = [t if i < k else (t + 1) % V for i, t in enumerate((self.seq + [0] * B)[p + 1:p + B])]
+        return logits.new_zeros(logits.shape).scatter_(1, logits.new_tensor(truth, dtype=torch.long)[:, None], 10.0)
     def draft_logits(self, anchor, cache):
         out = self.drafter.draft_logits(anchor, cache)
         return torch.cat([out[:, :1], self.script(out[0, 1:], cache.length)[None]], 1)
