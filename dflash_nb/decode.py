@@ -85,7 +85,7 @@ def finish_tokens(tokens: list[int], max_new_tokens: int, eos_token_id=None) -> 
     return next((tokens[:i + 1] for i, t in enumerate(tokens) if t in eos), tokens)
 
 # %% ../nbs/07_decode.ipynb #222cdd91
-@torch.no_grad()
+@torch.inference_mode()
 def greedy_generate(target: Target, prompt_ids, max_new_tokens: int, eos_token_id=None) -> dict:
     "The target's greedy decoding with its cache, to its eos (`[]`: none): tokens, prefill and decode seconds."
     dev, eos, cache = target.model.device, stop_ids(target, eos_token_id), new_cache(target)
@@ -447,6 +447,7 @@ def tree_round(s: Decoding, budget: int):
     s.acceptance.append(len(keep))
 
 # %% ../nbs/07_decode.ipynb #d7d670f5
+@torch.inference_mode()
 def speculative_generate(target: Target, drafter, prompt_ids, max_new_tokens: int, eos_token_id=None,
                          tree_budget: int | None = None) -> dict:
     "Greedy speculative decoding of `prompt_ids` (ids or text) to the target's eos (`[]`: none), chain or DDTree."
