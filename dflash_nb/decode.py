@@ -367,9 +367,10 @@ class NodeByNodeMixer:
 def node_by_node(target: Target, parents: torch.Tensor):
     "Within: the target's Gated DeltaNet layers run over nodes with `parents`; yields their per-node states by layer."
     record, mixers, parents = {}, linear_attention_layers(target.model), torch.as_tensor(parents).cpu()
+    windows = {k: conv_windows(parents, k) for k in {m.conv_kernel_size for m in mixers}}    # one per kernel size
     try:
         for m in mixers:
-            m.forward = NodeByNodeMixer(m, parents, conv_windows(parents, m.conv_kernel_size), record)
+            m.forward = NodeByNodeMixer(m, parents, windows[m.conv_kernel_size], record)
         yield record
     finally:
         for m in mixers: vars(m).pop("forward", None)
