@@ -14,7 +14,7 @@ Before / after. "before" is the path `dflash_nb.decode` had until this change, k
 chain round drafted with two drafter calls (`extend_context` with the accepted taps, then `draft_logits` of all B
 slots), verified with the model's own forward (chunked Gated DeltaNet), and on a hybrid target rolled back by
 snapshotting the linear-attention states before the verify, restoring them and re-running those layers over the kept
-tokens. "after" is `speculative_generate`: one fused `draft_step` (RoPE table, K/V buffers and stacked weights made once
+tokens. "after" is `speculative_generate`: one fused `draft_step` (RoPE table and K/V buffers made once
 per decode), a verify that records every node's Gated DeltaNet
 state, and a rollback that copies one of them. Both run on the same prompts, interleaved with the target-only decode
 (t1 = target-only seconds per token; `greedy_generate` and "after" run in inference mode, "before" as it was,

@@ -24,10 +24,10 @@ from .evaluate import DraftTree, build_tree, tree_attention_mask, walk_tree
 # %% auto #0
 __all__ = ['GDN_FORWARD_UNTIL', 'TargetPass', 'new_cache', 'target_pass', 'clock', 'stop_ids', 'finish_tokens', 'greedy_generate',
            'Decoding', 'check_gdn_forward', 'check_decodable', 'start_decoding', 'accepted_prefix', 'block_attend',
-           'rope_tables', 'rotate', 'LayerWeights', 'layer_weights', 'DraftBuffers', 'DraftContext', 'draft_buffers',
-           'BlockRows', 'block_layer', 'draft_block', 'conv_windows', 'delta_rule_tree', 'NodeByNodeMixer',
-           'node_by_node', 'keep_node_state', 'drop_last_kv', 'rollback', 'chain_round', 'tree_inputs', 'keep_kv',
-           'tree_round', 'speculative_generate', 'decode_comparison', 'time_per_token']
+           'rope_tables', 'rotate', 'DraftBuffers', 'DraftContext', 'draft_buffers', 'BlockRows', 'block_layer',
+           'draft_block', 'conv_windows', 'delta_rule_tree', 'NodeByNodeMixer', 'node_by_node', 'keep_node_state',
+           'drop_last_kv', 'rollback', 'chain_round', 'tree_inputs', 'keep_kv', 'tree_round', 'speculative_generate',
+           'decode_comparison', 'time_per_token']
 
 # %% ../nbs/07_decode.ipynb #e5bf587b
 @dataclass
@@ -198,29 +198,6 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     "`apply_rope`'s rotate-half RoPE of `x` [..., head_dim] with `rope_tables` rows broadcast to it."
     return x * cos + x.roll(x.shape[-1] // 2, -1) * sin
 
-# %% ../nbs/07_decode.ipynb #c7d2a905
-@dataclass
-class LayerWeights:
-    "One drafter layer's weights as a decode uses them (`layer_weights`): q/k and gate/up stacked for one matmul each."
-    norms: tuple            # (input_layernorm, post_attention_layernorm)
-    qk: torch.Tensor        # [(heads + kv_heads) * head_dim, H]: q_proj's rows, then k_proj's
-    qk_norm: torch.Tensor   # [heads + kv_heads, head_dim]: q_norm's weight per query head, then k_norm's
-    v: torch.Tensor
-    o: torch.Tensor
-    gate_up: torch.Tensor   # [2 * intermediate, H]: gate_proj's rows, then up_proj's
-    down: torch.Tensor
-    shape: tuple            # (heads, kv_heads, head_dim, the q/k norms' eps)
-
-# %% ../nbs/07_decode.ipynb #c7d2a90d
-def layer_weights(layer) -> LayerWeights:
-    "`layer`'s weights for decoding (its projections have no bias), the stacked ones copied."
-    a, m = layer.self_attn, layer.mlp
-    return LayerWeights((layer.input_layernorm, layer.post_attention_layernorm),
-                        torch.cat([a.q_proj.weight, a.k_proj.weight]),
-                        torch.cat([a.q_norm.weight.expand(a.nh, -1), a.k_norm.weight.expand(a.nkv, -1)]),
-                        a.v_proj.weight, a.o_proj.weight, torch.cat([m.gate_proj.weight, m.up_proj.weight]),
-                        m.down_proj.weight, (a.nh, a.nkv, a.hd, a.k_norm.eps))
-
 # %% ../nbs/07_decode.ipynb #c7d2a910
 @dataclass
 class DraftBuffers:
@@ -229,7 +206,6 @@ class DraftBuffers:
     v: list
     cos: torch.Tensor       # [capacity, head_dim] `rope_tables` of every position
     sin: torch.Tensor
-    weights: list           # per layer `LayerWeights`
     masks: torch.Tensor     # [1, B-1, H] the block's MASK embeddings
     filled: int = 0
     @property
@@ -254,12 +230,11 @@ def draft_buffers(drafter: DFlashDraftModel, context: ContextCache, need: int) -
     if buf is not None and buf.filled == context.length and need <= buf.capacity: return buf
     k0, n = context.kv[0][0], 2 * need
     if buf is None:
-        weights = [layer_weights(l) for l in drafter.layers]
         anchor = torch.zeros(1, dtype=torch.long, device=drafter.embed_tokens.weight.device)
         masks = drafter.embed_blocks(anchor)[:, 1:].to(k0.device)
-    else: weights, masks = buf.weights, buf.masks                # the same drafter's: kept
+    else: masks = buf.masks                                      # the same drafter's: kept
     return DraftBuffers([_grown(k, n) for k, _ in context.kv], [_grown(v, n) for _, v in context.kv],
-                        *rope_tables(drafter, n, k0.dtype, k0.device), weights, masks, context.length)
+                        *rope_tables(drafter, n, k0.dtype, k0.device), masks, context.length)
 
 # %% ../nbs/07_decode.ipynb #c7d2a909
 @dataclass
@@ -271,19 +246,17 @@ class BlockRows:
     sin: torch.Tensor
 
 # %% ../nbs/07_decode.ipynb #c7d2a90a
-def block_layer(w: LayerWeights, x: torch.Tensor, rows: BlockRows, kv: tuple, attend):
-    "One drafter layer (`w`) on block `x` [1, B, H]; writes the K/V of `rows` into the layer's buffers `kv` = (K, V)."
-    (nh, nkv, hd, eps), (k, v), B = w.shape, kv, x.shape[1]
-    hs = torch.cat([rows.new_h, _rms(w.norms[0], x)], 1)[0]              # [T, H]: new context rows, block rows
-    T, end = hs.shape[0], rows.start + hs.shape[0]
-    qk = F.linear(hs, w.qk).view(T, nh + nkv, hd)
-    qk = rotate(w.qk_norm * F.rms_norm(qk.float(), (hd,), eps=eps).to(qk.dtype), rows.cos, rows.sin)
-    k[0, :, rows.start:end] = qk[:, nh:].transpose(0, 1)
-    v[0, :, rows.start:end] = F.linear(hs, w.v).view(T, nkv, hd).transpose(0, 1)
-    o = attend(qk[-B:, :nh].transpose(0, 1)[None], k[:, :, :end], v[:, :, :end])
-    x = x + F.linear(o.transpose(1, 2).reshape(1, B, -1), w.o)
-    gate, up = F.linear(_rms(w.norms[1], x), w.gate_up).chunk(2, -1)
-    return x + F.linear(F.silu(gate) * up, w.down)
+def block_layer(layer, x: torch.Tensor, rows: BlockRows, kv: tuple, attend):
+    "One drafter layer on block `x` [1, B, H]; writes the K/V of `rows` into the layer's buffers `kv` = (K, V)."
+    a, (k, v), B = layer.self_attn, kv, x.shape[1]
+    hs = torch.cat([rows.new_h, _rms(layer.input_layernorm, x)], 1)[0]    # [T, H]: new context rows, block rows
+    end, heads = rows.start + hs.shape[0], lambda t, n: t.view(t.shape[0], n, a.hd)
+    k[0, :, rows.start:end] = rotate(_rms(a.k_norm, heads(a.k_proj(hs), a.nkv)), rows.cos, rows.sin).transpose(0, 1)
+    v[0, :, rows.start:end] = heads(a.v_proj(hs), a.nkv).transpose(0, 1)
+    q = rotate(_rms(a.q_norm, heads(a.q_proj(hs[-B:]), a.nh)), rows.cos[-B:], rows.sin[-B:])   # the block's only
+    o = attend(q.transpose(0, 1)[None], k[:, :, :end], v[:, :, :end])
+    x = x + a.o_proj(o.transpose(1, 2).reshape(1, B, -1))
+    return x + layer.mlp(_rms(layer.post_attention_layernorm, x))
 
 # %% ../nbs/07_decode.ipynb #590205de
 @patch
@@ -298,8 +271,8 @@ def draft_step(self: DFlashDraftModel, anchor: torch.Tensor, context: ContextCac
         buf = draft_buffers(self, context, end)
         rows = BlockRows(self.fuse_context(taps), start, buf.cos[start:end, None], buf.sin[start:end, None])
         x = torch.cat([self.embed_tokens(anchor)[None].to(buf.masks.dtype), buf.masks], 1)
-        for w, k, v, a in zip(buf.weights, buf.k, buf.v, c.layer_attention):
-            x = block_layer(w, x, rows, (k, v), block_attend(a, p, c.block_size, x.device))
+        for layer, k, v, a in zip(self.layers, buf.k, buf.v, c.layer_attention):
+            x = block_layer(layer, x, rows, (k, v), block_attend(a, p, c.block_size, x.device))
         buf.filled = p
         kv = [(k[:, :, :p], v[:, :, :p]) for k, v in zip(buf.k, buf.v)]
         return self.logits(_rms(self.norm, x[:, 1:]))[0], DraftContext(kv, p, buf)
