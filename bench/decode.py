@@ -14,9 +14,11 @@ Before / after. "before" is the path `dflash_nb.decode` had until this change, k
 chain round drafted with two drafter calls (`extend_context` with the accepted taps, then `draft_logits` of all B
 slots), verified with the model's own forward (chunked Gated DeltaNet), and on a hybrid target rolled back by
 snapshotting the linear-attention states before the verify, restoring them and re-running those layers over the kept
-tokens. "after" is `speculative_generate`: one fused `draft_step`, a verify that records every node's Gated DeltaNet
+tokens. "after" is `speculative_generate`: one fused `draft_step` (RoPE table and K/V buffers made once
+per decode), a verify that records every node's Gated DeltaNet
 state, and a rollback that copies one of them. Both run on the same prompts, interleaved with the target-only decode
-(t1 = target-only seconds per token). The ideal speedup of a path is τ·t1/t_verify (all time spent verifying); the
+(t1 = target-only seconds per token; `greedy_generate` and "after" run in inference mode, "before" as it was,
+under no_grad). The ideal speedup of a path is τ·t1/t_verify (all time spent verifying); the
 ratio measured ÷ ideal says how much drafting, rollback and bookkeeping cost on top.
 
 A second target, attention-only: a random Qwen3 of the first target's shape (layers, hidden, vocab) built here, with a
@@ -110,11 +112,11 @@ class ScheduledDrafter(torch.nn.Module):
     device = property(lambda self: self.drafter.device)
     def extend_context(self, taps, cache=None): return self.drafter.extend_context(taps, cache)
     def script(self, logits, p):
-        "The logits [B-1, V] of slots 1.. for the anchor at position p, made to draft the script."
+        "Logits like `logits` [B-1, V] (slots 1.. for the anchor at position p) that draft the script, made cheaply."
         B, V = self.config.block_size, self.config.vocab_size
-        truth, k = torch.tensor((self.seq + [0] * B)[p + 1:p + B]), self.wrong[p % len(self.wrong)] - 1
-        truth[k:] = (truth[k:] + 1) % V
-        return logits * 0 + 10.0 * torch.nn.functional.one_hot(truth, V).to(logits)
+        k = self.wrong[p % len(self.wrong)] - 1
+        truth = [t if i < k else (t + 1) % V for i, t in enumerate((self.seq + [0] * B)[p + 1:p + B])]
+        return logits.new_zeros(logits.shape).scatter_(1, logits.new_tensor(truth, dtype=torch.long)[:, None], 10.0)
     def draft_logits(self, anchor, cache):
         out = self.drafter.draft_logits(anchor, cache)
         return torch.cat([out[:, :1], self.script(out[0, 1:], cache.length)[None]], 1)

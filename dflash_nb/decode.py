@@ -9,14 +9,14 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 import torch
 import torch.nn.functional as F
 from fastcore.basics import patch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 from .config import TAP_CONVENTION
-from .model import DFlashDraftModel, ContextCache, apply_rope, rope_cos_sin, dflash_mask_mod, dense_mask
+from .model import DFlashDraftModel, ContextCache, rope_cos_sin, dflash_mask_mod, dense_mask
 from .target import Target, linear_attention_layers
 from .extract import capture_layers, tap_sites, prompt_token_ids, eos_token_ids
 from .evaluate import DraftTree, build_tree, tree_attention_mask, walk_tree
@@ -24,9 +24,10 @@ from .evaluate import DraftTree, build_tree, tree_attention_mask, walk_tree
 # %% auto #0
 __all__ = ['GDN_FORWARD_UNTIL', 'TargetPass', 'new_cache', 'target_pass', 'clock', 'stop_ids', 'finish_tokens', 'greedy_generate',
            'Decoding', 'check_gdn_forward', 'check_decodable', 'start_decoding', 'accepted_prefix', 'block_attend',
-           'block_layer', 'draft_block', 'conv_windows', 'delta_rule_tree', 'NodeByNodeMixer', 'node_by_node',
-           'keep_node_state', 'drop_last_kv', 'rollback', 'chain_round', 'tree_inputs', 'keep_kv', 'tree_round',
-           'speculative_generate', 'decode_comparison', 'time_per_token']
+           'rope_tables', 'rotate', 'DraftBuffers', 'DraftContext', 'draft_buffers', 'BlockRows', 'block_layer',
+           'draft_block', 'conv_windows', 'delta_rule_tree', 'NodeByNodeMixer', 'node_by_node', 'keep_node_state',
+           'drop_last_kv', 'rollback', 'chain_round', 'tree_inputs', 'keep_kv', 'tree_round', 'speculative_generate',
+           'decode_comparison', 'time_per_token']
 
 # %% ../nbs/07_decode.ipynb #e5bf587b
 @dataclass
@@ -84,7 +85,7 @@ def finish_tokens(tokens: list[int], max_new_tokens: int, eos_token_id=None) -> 
     return next((tokens[:i + 1] for i, t in enumerate(tokens) if t in eos), tokens)
 
 # %% ../nbs/07_decode.ipynb #222cdd91
-@torch.no_grad()
+@torch.inference_mode()
 def greedy_generate(target: Target, prompt_ids, max_new_tokens: int, eos_token_id=None) -> dict:
     "The target's greedy decoding with its cache, to its eos (`[]`: none): tokens, prefill and decode seconds."
     dev, eos, cache = target.model.device, stop_ids(target, eos_token_id), new_cache(target)
@@ -111,8 +112,8 @@ class Decoding:
     acceptance: list[int] = field(default_factory=list)
     times: dict = field(default_factory=lambda: dict(draft_s=0.0, verify_s=0.0, rollback_s=0.0))
     last: float = 0.0
-    @property
-    def device(self): return self.target.model.device
+    @cached_property
+    def device(self): return self.target.model.device      # HF's `device` walks the parameters
     @property
     def tap_args(self): return self.drafter.config.fc_layer_ids, self.drafter.config.tap_convention
     def lap(self, phase: str | None = None):
@@ -185,34 +186,96 @@ def _rms(norm, x: torch.Tensor) -> torch.Tensor:
     "`norm(x)` of a drafter RMSNorm in one fused `F.rms_norm` (equal to float rounding)."
     return norm.weight * F.rms_norm(x.float(), norm.weight.shape, eps=norm.eps).to(x.dtype)
 
-def block_layer(layer, x: torch.Tensor, ctx: tuple, new_h: torch.Tensor, rope: tuple, attend):
-    "One drafter layer on block `x` [1, B, H]: K/V of the new context `new_h` and of the block in one projection."
-    a, (cos, sin), (k0, v0), B = layer.self_attn, rope, ctx, x.shape[1]
-    heads = lambda t, n: t.view(1, t.shape[1], n, a.hd).transpose(1, 2)
-    h = _rms(layer.input_layernorm, x)
-    kv_in = torch.cat([new_h, h], 1)
-    k = torch.cat([k0, apply_rope(_rms(a.k_norm, heads(a.k_proj(kv_in), a.nkv)), cos, sin)], 2)
-    v = torch.cat([v0, heads(a.v_proj(kv_in), a.nkv)], 2)
-    q = apply_rope(_rms(a.q_norm, heads(a.q_proj(h), a.nh)), cos[:, -B:], sin[:, -B:])
-    x = x + a.o_proj(attend(q, k, v).transpose(1, 2).reshape(1, B, -1))
-    return x + layer.mlp(_rms(layer.post_attention_layernorm, x)), (k[:, :, :-B], v[:, :, :-B])
+# %% ../nbs/07_decode.ipynb #c7d2a902
+def rope_tables(drafter, n: int, dtype, device) -> tuple:
+    "cos and sign-folded sin [n, head_dim] of positions 0..n-1, in `dtype`, for `rotate`."
+    cos, sin = rope_cos_sin(torch.arange(n, device=device), *drafter.rope(device))
+    half = sin.shape[-1] // 2
+    return cos.to(dtype), torch.cat([-sin[:, :half], sin[:, half:]], -1).to(dtype)
+
+# %% ../nbs/07_decode.ipynb #c7d2a903
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    "`apply_rope`'s rotate-half RoPE of `x` [..., head_dim] with `rope_tables` rows broadcast to it."
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * sin
+
+# %% ../nbs/07_decode.ipynb #c7d2a910
+@dataclass
+class DraftBuffers:
+    "What one decode's drafter steps share (see `draft_buffers`); positions < `filled` of `k`, `v` are the context."
+    k: list                 # per layer [1, kv_heads, capacity, head_dim], written in place round after round
+    v: list
+    cos: torch.Tensor       # [capacity, head_dim] `rope_tables` of every position
+    sin: torch.Tensor
+    masks: torch.Tensor     # [1, B-1, H] the block's MASK embeddings
+    filled: int = 0
+    @property
+    def capacity(self) -> int: return self.cos.shape[0]
+
+# %% ../nbs/07_decode.ipynb #c7d2a906
+@dataclass
+class DraftContext(ContextCache):
+    "A `ContextCache` whose K/V are views of `buffers`, after which the next `draft_step` writes in place."
+    buffers: DraftBuffers | None = None
+
+# %% ../nbs/07_decode.ipynb #c7d2a907
+def _grown(t: torch.Tensor, n: int) -> torch.Tensor:
+    "A [N, heads, n, head_dim] buffer whose first positions hold `t` [N, heads, T, head_dim]."
+    out = t.new_empty(*t.shape[:2], n, t.shape[3])
+    out[:, :, :t.shape[2]] = t
+    return out
+
+def draft_buffers(drafter: DFlashDraftModel, context: ContextCache, need: int) -> DraftBuffers:
+    "`context`'s buffers if it is the newest context in them and they hold `need` positions, else new ones (room 2×)."
+    buf = getattr(context, "buffers", None)
+    if buf is not None and buf.filled == context.length and need <= buf.capacity: return buf
+    k0, n = context.kv[0][0], 2 * need
+    if buf is None:
+        anchor = torch.zeros(1, dtype=torch.long, device=drafter.embed_tokens.weight.device)
+        masks = drafter.embed_blocks(anchor)[:, 1:].to(k0.device)
+    else: masks = buf.masks                                      # the same drafter's: kept
+    return DraftBuffers([_grown(k, n) for k, _ in context.kv], [_grown(v, n) for _, v in context.kv],
+                        *rope_tables(drafter, n, k0.dtype, k0.device), masks, context.length)
+
+# %% ../nbs/07_decode.ipynb #c7d2a909
+@dataclass
+class BlockRows:
+    "The rows one drafter step adds at positions `start`..: the new context [1, t, H], then the block; their RoPE."
+    new_h: torch.Tensor     # the pending taps, fused
+    start: int
+    cos: torch.Tensor       # [t + B, 1, head_dim] `rope_tables` rows of positions start..start+t+B-1
+    sin: torch.Tensor
+
+# %% ../nbs/07_decode.ipynb #c7d2a90a
+def block_layer(layer, x: torch.Tensor, rows: BlockRows, kv: tuple, attend):
+    "One drafter layer on block `x` [1, B, H]; writes the K/V of `rows` into the layer's buffers `kv` = (K, V)."
+    a, (k, v), B = layer.self_attn, kv, x.shape[1]
+    hs = torch.cat([rows.new_h, _rms(layer.input_layernorm, x)], 1)[0]    # [T, H]: new context rows, block rows
+    end, heads = rows.start + hs.shape[0], lambda t, n: t.view(t.shape[0], n, a.hd)
+    k[0, :, rows.start:end] = rotate(_rms(a.k_norm, heads(a.k_proj(hs), a.nkv)), rows.cos, rows.sin).transpose(0, 1)
+    v[0, :, rows.start:end] = heads(a.v_proj(hs), a.nkv).transpose(0, 1)
+    q = rotate(_rms(a.q_norm, heads(a.q_proj(hs[-B:]), a.nh)), rows.cos[-B:], rows.sin[-B:])   # the block's only
+    o = attend(q.transpose(0, 1)[None], k[:, :, :end], v[:, :, :end])
+    x = x + a.o_proj(o.transpose(1, 2).reshape(1, B, -1))
+    return x + layer.mlp(_rms(layer.post_attention_layernorm, x))
 
 # %% ../nbs/07_decode.ipynb #590205de
 @patch
 def draft_step(self: DFlashDraftModel, anchor: torch.Tensor, context: ContextCache, taps: torch.Tensor):
     "Append fc taps [1, t, n_fc*H] to `context` and draft the block at token `anchor` [1]: (logits [B-1, V], context)."
     c, start, p = self.config, context.length, context.length + taps.shape[1]
-    if p + c.block_size > c.max_position_embeddings:
-        raise ValueError(f"Block positions reach {p + c.block_size - 1}, beyond max_position_embeddings="
+    end = p + c.block_size
+    if end > c.max_position_embeddings:
+        raise ValueError(f"Block positions reach {end - 1}, beyond max_position_embeddings="
                          f"{c.max_position_embeddings}: decode fewer tokens or use a drafter made for longer contexts.")
     with torch.inference_mode():                   # less per-op bookkeeping than no_grad
-        new_h, x = self.fuse_context(taps), self.embed_blocks(anchor)
-        rope = rope_cos_sin(torch.arange(start, p + c.block_size, device=x.device)[None], *self.rope(x.device))
-        kv = []
-        for layer, ctx, a in zip(self.layers, context.kv, c.layer_attention):
-            x, ctx = block_layer(layer, x, ctx, new_h, rope, block_attend(a, p, c.block_size, x.device))
-            kv.append(ctx)
-        return self.logits(_rms(self.norm, x[:, 1:]))[0], ContextCache(kv, p)
+        buf = draft_buffers(self, context, end)
+        rows = BlockRows(self.fuse_context(taps), start, buf.cos[start:end, None], buf.sin[start:end, None])
+        x = torch.cat([self.embed_tokens(anchor)[None].to(buf.masks.dtype), buf.masks], 1)
+        for layer, k, v, a in zip(self.layers, buf.k, buf.v, c.layer_attention):
+            x = block_layer(layer, x, rows, (k, v), block_attend(a, p, c.block_size, x.device))
+        buf.filled = p
+        kv = [(k[:, :, :p], v[:, :, :p]) for k, v in zip(buf.k, buf.v)]
+        return self.logits(_rms(self.norm, x[:, 1:]))[0], DraftContext(kv, p, buf)
 
 # %% ../nbs/07_decode.ipynb #3f201ecd
 def draft_block(s: Decoding) -> torch.Tensor:
@@ -277,9 +340,10 @@ class NodeByNodeMixer:
 def node_by_node(target: Target, parents: torch.Tensor):
     "Within: the target's Gated DeltaNet layers run over nodes with `parents`; yields their per-node states by layer."
     record, mixers, parents = {}, linear_attention_layers(target.model), torch.as_tensor(parents).cpu()
+    windows = {k: conv_windows(parents, k) for k in {m.conv_kernel_size for m in mixers}}    # one per kernel size
     try:
         for m in mixers:
-            m.forward = NodeByNodeMixer(m, parents, conv_windows(parents, m.conv_kernel_size), record)
+            m.forward = NodeByNodeMixer(m, parents, windows[m.conv_kernel_size], record)
         yield record
     finally:
         for m in mixers: vars(m).pop("forward", None)
@@ -288,7 +352,7 @@ def node_by_node(target: Target, parents: torch.Tensor):
 def keep_node_state(cache: DynamicCache, node_states: dict, node: int):
     "Set every linear-attention layer's conv and recurrent state to the one after `node` (from `TargetPass`)."
     for i, (windows, states) in node_states.items():
-        cache.layers[i].conv_states[0].copy_(windows[:, node][None])
+        cache.layers[i].conv_states[0].copy_(windows[:, node])          # [C, K] into [1, C, K]
         cache.layers[i].recurrent_states[0].copy_(states[node])
 
 # %% ../nbs/07_decode.ipynb #1d5d06e4
@@ -307,7 +371,7 @@ def rollback(s: Decoding, verify: TargetPass, keep: int, fed: int):
 def chain_round(s: Decoding):
     "One DFlash round: draft a block, verify it in one target pass, keep the accepted prefix and the bonus."
     s.lap()
-    drafts = draft_block(s).argmax(-1)
+    drafts = draft_block(s).max(-1).indices             # argmax (the first of ties, as argmax), cheaper on CPU
     s.lap("draft_s")
     fed = torch.cat([drafts.new_tensor(s.tokens[-1:]), drafts])
     v = target_pass(s.target, fed, s.cache, s.tap_args, parents=torch.arange(len(fed)) - 1)
@@ -316,7 +380,7 @@ def chain_round(s: Decoding):
     rollback(s, v, n + 1, len(fed))
     s.lap("rollback_s")
     s.pending = v.taps[None, :n + 1]
-    s.tokens += drafts[:n].tolist() + [v.next_tokens[n].item()]
+    s.tokens += v.next_tokens[:n + 1].tolist()          # the n accepted drafts are the target's tokens, then the bonus
     s.acceptance.append(n + 1)
 
 # %% ../nbs/07_decode.ipynb #cbf047a1
@@ -357,6 +421,7 @@ def tree_round(s: Decoding, budget: int):
     s.acceptance.append(len(keep))
 
 # %% ../nbs/07_decode.ipynb #d7d670f5
+@torch.inference_mode()
 def speculative_generate(target: Target, drafter, prompt_ids, max_new_tokens: int, eos_token_id=None,
                          tree_budget: int | None = None) -> dict:
     "Greedy speculative decoding of `prompt_ids` (ids or text) to the target's eos (`[]`: none), chain or DDTree."
