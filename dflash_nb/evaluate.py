@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, asdict
 from itertools import islice
 from pathlib import Path
 import torch
+import torch.nn.functional as F
 from tqdm.auto import tqdm
 from .config import ATTENTION_MODES
 from .model import (DFlashDraftModel, ContextCache, param_counts, describe_drafter, rope_cos_sin,
@@ -125,9 +126,9 @@ def fused_kv(model: DFlashDraftModel, h: torch.Tensor) -> ContextCache:
     return ContextCache([layer.self_attn.project_kv(h, cos, sin) for layer in model.layers], h.shape[1])
 
 # %% ../nbs/06_evaluate.ipynb #72335055
-def pad_stack(xs) -> torch.Tensor:
-    "Tensors [T_i, ...] zero-padded along dim 0 to the longest and stacked: [N, T_max, ...]."
-    return torch.nn.utils.rnn.pad_sequence(list(xs), batch_first=True)
+def pad_stack(xs, value=0) -> torch.Tensor:
+    "Tensors [T_i, ...] padded with `value` along dim 0 to the longest and stacked: [N, T_max, ...]."
+    return torch.nn.utils.rnn.pad_sequence(list(xs), batch_first=True, padding_value=value)
 
 def prompt_contexts(model: DFlashDraftModel, taps: list) -> ContextCache:
     "The context K/V of whole prompts from their fc taps [T_i, n_fc*H], padded to the longest: one row per prompt."
@@ -195,10 +196,6 @@ def _tree_accepts(model: DFlashDraftModel, h: torch.Tensor, asks: list) -> list[
 ROW_BYTES = 2 ** 28        # the logits (or gathered context K/V) of one batched call stay under this size
 BLOCKS_PER_CALL = 128      # blocks drafted per call: the context K/V they gather stays cache-sized
 
-def _truths(input_ids: torch.Tensor, B: int) -> torch.Tensor:
-    "[T, B-1]: row p holds the B-1 tokens after anchor p, -1 past the end."
-    return torch.cat([input_ids, input_ids.new_full((B,), -1)])[1:].unfold(0, B - 1, 1)[:len(input_ids)]
-
 def _blocks_per_call(model: DFlashDraftModel, ctx: ContextCache) -> int:
     "Blocks drafted per call: at most `BLOCKS_PER_CALL`, and their logits and context K/V copies fit in `ROW_BYTES`."
     kv = sum(2 * k[0].numel() * k.element_size() for k, _ in ctx.kv)
@@ -216,11 +213,12 @@ class AnchorDrafts:
 def anchor_drafts(model: DFlashDraftModel, ctx: ContextCache, input_ids: list, anchors: list,
                   chain: bool = True) -> AnchorDrafts:
     "The blocks drafted at `anchors` [(row, position)] of `ctx`, and (if `chain`) each one's greedy chain accepts."
-    B = model.config.block_size
-    rows, p = (torch.tensor(x) for x in zip(*anchors))
-    per_row = {i: _truths(input_ids[i], B) for i in dict.fromkeys(i for i, _ in anchors)}
-    truths = torch.stack([per_row[i][a] for i, a in anchors])
-    blocks = BlockDrafts(model, ctx, rows, torch.stack([input_ids[i][a] for i, a in anchors]), p)
+    B, (rows, p) = model.config.block_size, (torch.tensor(x) for x in zip(*anchors))
+    used = {i: r for r, i in enumerate(dict.fromkeys(rows.tolist()))}
+    ids = F.pad(pad_stack([input_ids[i] for i in used], -1), (0, B), value=-1)   # -1 past each sequence's end
+    r = torch.tensor([used[i] for i in rows.tolist()])
+    truths = ids[r[:, None], p[:, None] + torch.arange(1, B)]
+    blocks = BlockDrafts(model, ctx, rows, ids[r, p], p)
     accepts = _chain_accepts(model, blocks.hidden, truths).tolist() if chain else []
     return AnchorDrafts({a: j for j, a in enumerate(anchors)}, blocks, truths, accepts)
 
