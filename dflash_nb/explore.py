@@ -189,7 +189,8 @@ def explorer_widget(ex: TapExplorer):
     def refresh(*_):
         scales, last = {t: s.value for t, s in sliders.items()}, box.state
         box.state = explorer_update(ex, layout.value, scales, None if prompt.value < 0 else prompt.value)
-        if box.figure is None: box.figure = ExplorerFigure(box.state)
+        if box.figure is None or last.result.name != box.state.result.name:   # another layout: its own axes
+            box.figure = ExplorerFigure(box.state)
         else: box.figure.update(box.state, bars=last.contributions != box.state.contributions)
         image.value = box.figure.png()
         # the label last: when a reader (or a browser test) sees the new τ, the figure already shows it
