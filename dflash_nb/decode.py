@@ -16,7 +16,7 @@ from fastcore.basics import patch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 from .config import TAP_CONVENTION
-from .model import DFlashDraftModel, ContextCache, rope_cos_sin, dflash_mask_mod, dense_mask
+from .model import DFlashDraftModel, ContextCache, rope_cos_sin, dflash_mask_mod, dense_mask, sdpa_attend
 from .target import Target, linear_attention_layers
 from .extract import capture_layers, tap_sites, prompt_token_ids, eos_token_ids
 from .evaluate import DraftTree, build_tree, tree_attention_mask, walk_tree
@@ -179,7 +179,7 @@ def block_attend(a, ctx_len: int, block_size: int, device):
     if a.window is not None or a.causal:
         mod = dflash_mask_mod(torch.full((1, 1), ctx_len, device=device), ctx_len, block_size, a.window, a.causal)
         mask = dense_mask(mod, 1, block_size, ctx_len + block_size, device)
-    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    return sdpa_attend(mask)
 
 # %% ../nbs/07_decode.ipynb #b1c4e7a2
 def _rms(norm, x: torch.Tensor) -> torch.Tensor:
@@ -264,9 +264,7 @@ def draft_step(self: DFlashDraftModel, anchor: torch.Tensor, context: ContextCac
     "Append fc taps [1, t, n_fc*H] to `context` and draft the block at token `anchor` [1]: (logits [B-1, V], context)."
     c, start, p = self.config, context.length, context.length + taps.shape[1]
     end = p + c.block_size
-    if end > c.max_position_embeddings:
-        raise ValueError(f"Block positions reach {end - 1}, beyond max_position_embeddings="
-                         f"{c.max_position_embeddings}: decode fewer tokens or use a drafter made for longer contexts.")
+    self.check_positions(end - 1)
     with torch.inference_mode():                   # less per-op bookkeeping than no_grad
         buf = draft_buffers(self, context, end)
         rows = BlockRows(self.fuse_context(taps), start, buf.cos[start:end, None], buf.sin[start:end, None])

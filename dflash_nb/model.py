@@ -318,8 +318,8 @@ def check_positions(self: DFlashDraftModel, last: int):
     "Refuse blocks whose last position `last` lies beyond the drafter's RoPE range (`max_position_embeddings`)."
     if last >= self.config.max_position_embeddings:
         raise ValueError(f"Block positions reach {last}, beyond max_position_embeddings="
-                         f"{self.config.max_position_embeddings}: truncate the sequences (TrainConfig.max_len) or "
-                         "use a drafter made for longer contexts.")
+                         f"{self.config.max_position_embeddings}: use shorter sequences (TrainConfig.max_len when "
+                         "training, fewer new tokens when decoding) or a drafter made for longer contexts.")
 
 @patch
 def _run_layers(self: DFlashDraftModel, x, ctx: list, pos, anchors, ctx_len: int, impl: str):
