@@ -25,11 +25,11 @@ A second target, attention-only: a random Qwen3 of the first target's shape (lay
 random drafter of the same shape whose drafts are replaced by the target's greedy tokens wrong from a scheduled slot on
 (the drafter's forward still runs, so its cost is real; τ is set by the schedule, about that of the trained drafter).
 """
-import argparse, tempfile, time
+import argparse, tempfile, time, timeit
 from pathlib import Path
 import torch
 from dflash_nb.config import default_target_layer_ids
-from dflash_nb.decode import (Decoding, accepted_prefix, check_decodable, drop_last_kv, finish_tokens,
+from dflash_nb.decode import (Decoding, accepted_prefix, check_decodable, draft_weights, drop_last_kv, finish_tokens,
                               greedy_generate, speculative_generate, start_decoding, stop_ids)
 from dflash_nb.evaluate import offline_tau
 from dflash_nb.cache import HiddenStateCache, check_compatible, CacheLayout
@@ -247,6 +247,41 @@ def dense_twin(target, drafter):
     return t, ScheduledDrafter(random_drafter(t, cfg), [2, 4, 1, 3, c.block_size, 2, 1])
 
 
+def layout_rows(drafter, reps: int = 2000) -> list:
+    "µs of a block's rows times each matrix `draft_step` uses, stored [out, in] (nn.Linear) and [in, out] (its way)."
+    w, B = draft_weights(drafter), drafter.config.block_size
+    mats = {"q|k|v": w.layers[0].qkv, "o": w.layers[0].o, "gate|up": w.layers[0].gate_up, "down": w.layers[0].down,
+            "lm_head": w.lm_head}
+    rows = []
+    for name, m in mats.items():
+        x, out_in = torch.randn(B, m.shape[0]), m.t().contiguous()
+        us = [1e6 * min(timeit.repeat(lambda: x @ a, number=reps, repeat=3)) / reps for a in (out_in.t(), m)]
+        rows.append((f"{name} {tuple(m.shape)}", f"{us[0]:.1f}", f"{us[1]:.1f}", f"{us[0] / us[1]:.2f}x"))
+    return rows
+
+
+def step_rows(drafter, steps: int = 200) -> list:
+    "Median ms of one `draft_step` (2 pending rows, context 64-200) with warm caches, and after 64 MB are copied."
+    n_in, src = drafter.config.fc_in_features, torch.randn(16 * 2 ** 20)
+    w, size = draft_weights(drafter), lambda t: t.numel() * t.element_size()
+    mats = [drafter.fc.weight, w.lm_head] + [m for l in w.layers for m in (l.qkv, l.o, l.gate_up, l.down)]
+    dst, nbytes = torch.empty_like(src), sum(map(size, mats))
+    def median_ms(evict: bool) -> float:
+        g, times, ctx = torch.Generator().manual_seed(0), [], None
+        for _ in range(steps):
+            if ctx is None or ctx.length > 200: ctx = drafter.extend_context(torch.randn(1, 64, n_in, generator=g))
+            taps = torch.randn(1, 2, n_in, generator=g)
+            if evict: dst.copy_(src)
+            t0 = time.perf_counter()
+            ctx = drafter.draft_step(torch.tensor([1]), ctx, taps)[1]
+            times.append(time.perf_counter() - t0)
+        return 1e3 * sorted(times)[len(times) // 2]
+    warm, cold = median_ms(False), median_ms(True)
+    return [("weight matrices read per step (fc, layers, lm_head)", f"{nbytes / 2 ** 20:.1f} MiB"),
+            ("draft_step, warm caches (ms, median)", f"{warm:.3f}"),
+            ("draft_step after 64 MB copied, as a verify evicts the caches (ms, median)", f"{cold:.3f}")]
+
+
 def print_table(header, rows):
     w = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
     line = lambda r: "| " + " | ".join(f"{str(x):<{w[i]}}" for i, x in enumerate(r)) + " |"
@@ -294,6 +329,10 @@ def main():
             *((f"offline τ DDTree-{b}", f"{off.tau_tree[b]:.3f}") for b in BUDGETS),
             *((f"online τ DDTree-{b}", f"{pooled(tree_runs[b]):.3f}") for b in BUDGETS)]
     print_table(("measure", "value"), rows)
+    with torch.inference_mode():
+        print_table((f"{drafter.config.block_size} rows @ matrix", "µs, stored [out, in]", "µs, [in, out]", "ratio"),
+                    layout_rows(drafter))
+        print_table(("one drafting step", "value"), step_rows(drafter))
     hybrid = before_after(target, drafter, prompts, args.max_new_tokens, eos)
     twin, scheduled = dense_twin(target, drafter)
     dense = before_after(twin, scheduled, get_prompts("eval", args.dense_prompts, target), args.max_new_tokens, [])
