@@ -334,12 +334,13 @@ def main():
                     layout_rows(drafter))
         print_table(("one drafting step", "value"), step_rows(drafter))
     hybrid = before_after(target, drafter, prompts, args.max_new_tokens, eos)
+    short = "toy hybrid" if tname.startswith("toy") else tname
     twin, scheduled = dense_twin(target, drafter)
     dense = before_after(twin, scheduled, get_prompts("eval", args.dense_prompts, target), args.max_new_tokens, [])
     print_table(("per round, one run", "before", "after"),
-                breakdown_rows("toy hybrid", hybrid) + breakdown_rows("attention-only twin", dense))
+                breakdown_rows(short, hybrid) + breakdown_rows("attention-only twin", dense))
     gain = lambda r: r["after"]["speedup"] / r["before"]["speedup"]
-    print(f"\nafter / before measured speedup: toy hybrid {gain(hybrid):.2f}x, attention-only twin {gain(dense):.2f}x")
+    print(f"\nafter / before measured speedup: {short} {gain(hybrid):.2f}x, attention-only twin {gain(dense):.2f}x")
 
 
 if __name__ == "__main__": main()
