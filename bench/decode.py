@@ -14,9 +14,9 @@ Before / after. "before" is the path `dflash_nb.decode` had until this change, k
 chain round drafted with two drafter calls (`extend_context` with the accepted taps, then `draft_logits` of all B
 slots), verified with the model's own forward (chunked Gated DeltaNet), and on a hybrid target rolled back by
 snapshotting the linear-attention states before the verify, restoring them and re-running those layers over the kept
-tokens. "after" is `speculative_generate`: one fused `draft_step` (RoPE table and K/V buffers made once
-per decode), a verify that records every node's Gated DeltaNet
-state, and a rollback that copies one of them. Both run on the same prompts, interleaved with the target-only decode
+tokens. "after" is `speculative_generate`: one fused `draft_step` (RoPE table and K/V buffers made once per decode,
+weights laid out once per drafter), a verify that records every node's Gated DeltaNet state, and a rollback that
+copies one of them. Both run on the same prompts, interleaved with the target-only decode
 (t1 = target-only seconds per token; `greedy_generate` and "after" run in inference mode, "before" as it was,
 under no_grad). The ideal speedup of a path is τ·t1/t_verify (all time spent verifying); the
 ratio measured ÷ ideal says how much drafting, rollback and bookkeeping cost on top.
@@ -24,6 +24,10 @@ ratio measured ÷ ideal says how much drafting, rollback and bookkeeping cost on
 A second target, attention-only: a random Qwen3 of the first target's shape (layers, hidden, vocab) built here, with a
 random drafter of the same shape whose drafts are replaced by the target's greedy tokens wrong from a scheduled slot on
 (the drafter's forward still runs, so its cost is real; τ is set by the schedule, about that of the trained drafter).
+
+Two small tables explain the drafting cost: the time of a block's rows times each matrix of the drafter's step in
+both layouts (`dflash_nb.decode.draft_weights`), and one step with warm caches against one after 64 MB were copied
+(what a verify does to the caches before a round's drafting).
 """
 import argparse, tempfile, time, timeit
 from pathlib import Path
