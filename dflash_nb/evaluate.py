@@ -433,10 +433,11 @@ def eval_parser() -> argparse.ArgumentParser:
                     help="drafter checkpoint directory (hub layout); repeat to compare")
     ap.add_argument("--names", nargs="*", help="a label per checkpoint, in order (default: directory names)")
     ap.add_argument("--cache", required=True, help="hidden-state cache directory holding every tap the drafters read")
-    ap.add_argument("--target", required=True, help="target model directory (its embeddings and lm_head are borrowed)")
-    ap.add_argument("--target-dtype", choices=("float32", "bfloat16", "float16"), default="float32",
-                    help="dtype to load the target in (default: float32); any drafter dtype works with any "
-                    "target dtype")
+    ap.add_argument("--target", required=True, help="target model directory: only its embeddings, final norm and "
+                    "lm_head are read (the drafters borrow them)")
+    ap.add_argument("--target-dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
+                    help="dtype of the target's heads (default: auto, the checkpoint's own); any drafter dtype works "
+                    "with any target dtype")
     ap.add_argument("--budgets", type=int, nargs="*", default=[8, 15], help="DDTree node budgets (default: 8 15)")
     ap.add_argument("--attention", choices=ATTENTION_MODES, default="config",
                     help="attention semantics: as configured, or an override (bidirectional, causal, full)")
@@ -447,11 +448,11 @@ def eval_parser() -> argparse.ArgumentParser:
 # %% ../nbs/06_evaluate.ipynb #106bf1aa
 def _evaluate(a: argparse.Namespace) -> list:
     "Run `dflash-eval` on parsed arguments `a`: write the JSON, print the table, return the results."
-    from dflash_nb.target import load_target
+    from dflash_nb.target import load_target_heads
     if a.names and len(a.names) != len(a.checkpoint):
         raise ValueError(f"--names gives {len(a.names)} labels for {len(a.checkpoint)} checkpoints; "
                          "give one per checkpoint.")
-    cache, target = HiddenStateCache(a.cache), load_target(a.target, dtype=getattr(torch, a.target_dtype))
+    cache, target = HiddenStateCache(a.cache), load_target_heads(a.target, dtype=a.target_dtype)
     idx = range(min(a.limit, len(cache))) if a.limit else None
     models = load_drafters(dict(zip(a.names, a.checkpoint)) if a.names else a.checkpoint, target.model, a.attention)
     rows, results, _ = compare(models, cache, target.model, tuple(a.budgets), idx, show=("describe", "progress"))

@@ -175,9 +175,9 @@ def _need(value, what: str):
 # %% ../nbs/12_recipe_study.ipynb #c275418f
 def load_inputs(sc: StudyConfig, given: StudyInputs | None = None) -> StudyInputs:
     "`given`, with what it leaves None loaded from `sc`: the target from `base.target`, the caches from their paths."
-    from dflash_nb.target import load_target
+    from dflash_nb.target import load_target_heads
     g = given or StudyInputs()
-    target = g.target or load_target(_need(sc.base.get("target"), "target (set base.target)"))
+    target = g.target or load_target_heads(_need(sc.base.get("target"), "target (set base.target)"))
     train = g.train or (HiddenStateCache(sc.cache) if sc.launcher == "inline" else None)
     held = g.held_out or HiddenStateCache(_need(sc.eval_cache, "held-out cache (set eval_cache)"))
     return StudyInputs(target, train, held)

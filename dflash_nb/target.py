@@ -6,20 +6,23 @@ Docs: https://dflash-nb.github.io/dflash_nb/target.html.md"""
 
 # %% ../nbs/02_target.ipynb #6e67ff03
 from __future__ import annotations
-import hashlib, importlib, inspect, json, sys, types
+import hashlib, importlib, inspect, json, math, sys, types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 import torch
+from fastcore.basics import patch
 from torch import nn
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers import LlamaConfig, Qwen3Config, Qwen3_5TextConfig
 
 # %% auto #0
 __all__ = ['TRANSIENT_CONFIG_KEYS', 'LINEAR_KERNEL_NAMES', 'LINEAR_BACKENDS', 'TINY_KINDS', 'DTYPES', 'TOKENIZER_FILES',
-           'config_hash', 'linear_attention_layers', 'resolved_kernel', 'torch_kernels', 'fla_kernels', 'fla_missing',
-           'use_linear_kernels', 'linear_kernels', 'resolve_backend', 'set_linear_backend', 'Target', 'as_target',
-           'tiny_config', 'tiny_target', 'as_dtype', 'checkpoint_dtype', 'load_tokenizer', 'load_target']
+           'HEADS_ONLY', 'SAFETENSORS_DTYPES', 'SAFETENSORS_INDEX', 'SAFETENSORS_FILE', 'MAX_HEADER',
+           'CHECKPOINT_PREFIXES', 'config_hash', 'linear_attention_layers', 'resolved_kernel', 'torch_kernels',
+           'fla_kernels', 'fla_missing', 'use_linear_kernels', 'linear_kernels', 'resolve_backend',
+           'set_linear_backend', 'Target', 'as_target', 'tiny_config', 'tiny_target', 'as_dtype', 'checkpoint_dtype',
+           'load_tokenizer', 'load_target', 'TargetHeads', 'SafetensorsReader', 'checkpoint_names', 'load_target_heads']
 
 # %% ../nbs/02_target.ipynb #4dd4c295
 TRANSIENT_CONFIG_KEYS = ("_name_or_path", "transformers_version", "dtype", "torch_dtype", "architectures",
@@ -111,7 +114,7 @@ def set_linear_backend(model: nn.Module, backend: str = "auto") -> str:
 @dataclass
 class Target:
     "A frozen HF causal LM with its tokenizer, name, config fingerprint and linear-attention backend."
-    model: PreTrainedModel
+    model: PreTrainedModel        # or the heads alone: a `TargetHeads`
     tokenizer: object | None
     name: str
     config_hash: str
@@ -133,10 +136,13 @@ class Target:
     def chat_template(self) -> str | None: return getattr(self.tokenizer, "chat_template", None)
     @property
     def decoder_layers(self) -> nn.ModuleList: return self.model.get_decoder().layers
+    @property
+    def heads_only(self) -> bool: return getattr(self.model, "heads_only", False)   # a `TargetHeads` (see below)
 
     def __repr__(self):
+        only = ", heads only" if self.heads_only else ""
         return (f"Target({self.name!r}, {self.num_layers} layers, H={self.hidden_size}, V={self.vocab_size}, "
-                f"backend={self.backend!r})")
+                f"backend={self.backend!r}{only})")
 
 # %% ../nbs/02_target.ipynb #240a6661
 def as_target(model: PreTrainedModel, tokenizer=None, name: str = "target", backend: str = "auto") -> Target:
@@ -195,14 +201,179 @@ def load_tokenizer(path: Path):
     if not any((Path(path) / f).exists() for f in TOKENIZER_FILES): return None
     return AutoTokenizer.from_pretrained(path, trust_remote_code=False, local_files_only=True)
 
-# %% ../nbs/02_target.ipynb #7933b7b4
-def load_target(path, backend="auto", dtype=torch.float32, device="cpu") -> Target:
-    "Load the HF causal LM in `path` as a frozen `Target`; `dtype`: a torch dtype, its name, or 'auto' (as saved)."
+# %% ../nbs/02_target.ipynb #be524ced
+def _model_dir(path) -> Path:
+    "`path` as a Path; a FileNotFoundError unless it is a local Hugging Face model directory."
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"Target directory {path} does not exist; pass a local HF model directory.")
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path} has no config.json, so it is not a Hugging Face model directory.")
+    return path
+
+# %% ../nbs/02_target.ipynb #7933b7b4
+def load_target(path, backend="auto", dtype=torch.float32, device="cpu") -> Target:
+    "Load the HF causal LM in `path` as a frozen `Target`; `dtype`: a torch dtype, its name, or 'auto' (as saved)."
+    path = _model_dir(path)
     dtype = checkpoint_dtype(path) if dtype == "auto" else as_dtype(dtype)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False, local_files_only=True)
     return as_target(model.to(device), load_tokenizer(path), path.name, backend)
+
+# %% ../nbs/02_target.ipynb #84bc9a26
+HEADS_ONLY = ("This target was loaded heads-only (embeddings, final norm, lm_head) for a cache-fed stage; "
+              "use load_target(path) to run it.")
+
+class TargetHeads(nn.Module):
+    "A target's input embeddings, final norm and lm_head beside its HF config: all a cache-fed stage borrows."
+    heads_only = True
+
+    def __init__(self, config, embed_tokens: nn.Module, norm: nn.Module, lm_head: nn.Module, sources: dict):
+        super().__init__()
+        self.config, self.sources = config, sources   # sources: {parameter name here: its name in the causal LM}
+        self.embed_tokens, self.norm, self.lm_head = embed_tokens, norm, lm_head
+
+    def get_input_embeddings(self) -> nn.Module: return self.embed_tokens
+    def get_output_embeddings(self) -> nn.Module: return self.lm_head
+    def get_decoder(self) -> TargetHeads: return self      # as a decoder: `.norm` is the final norm, `.layers` refuses
+    @property
+    def layers(self): raise RuntimeError(HEADS_ONLY)
+    def forward(self, *args, **kwargs): raise RuntimeError(HEADS_ONLY)
+    @property
+    def device(self) -> torch.device: return self.embed_tokens.weight.device
+    @property
+    def dtype(self) -> torch.dtype: return self.embed_tokens.weight.dtype
+
+# %% ../nbs/02_target.ipynb #c497c3d5
+def _materialise(module: nn.Module, dtype: torch.dtype) -> nn.Module:
+    "`module` with each parameter replaced by a frozen, uninitialised one in `dtype` on the default device."
+    for m in module.modules():
+        for n, p in list(m.named_parameters(recurse=False)):
+            m.register_parameter(n, nn.Parameter(torch.empty(p.shape, dtype=dtype), requires_grad=False))
+    return module
+
+# %% ../nbs/02_target.ipynb #571e2da9
+def _heads_of(lm: PreTrainedModel) -> dict[str, nn.Module]:
+    "{embed_tokens, norm, lm_head}: causal LM `lm`'s modules; a ValueError when they cannot stand alone."
+    mods = dict(embed_tokens=lm.get_input_embeddings(), norm=getattr(lm.get_decoder(), "norm", None),
+                lm_head=lm.get_output_embeddings())
+    if missing := [k for k, m in mods.items() if m is None]:
+        raise ValueError(f"{type(lm).__name__} has no {', '.join(missing)} where heads-only loading looks "
+                         "(get_input_embeddings, get_decoder().norm, get_output_embeddings): use load_target(path).")
+    if bufs := [f"{k}.{b}" for k, m in mods.items() for b, _ in m.named_buffers()]:
+        raise ValueError(f"{type(lm).__name__}'s heads hold buffers ({', '.join(bufs)}) that heads-only loading "
+                         "cannot rebuild: use load_target(path).")
+    return mods
+
+# %% ../nbs/02_target.ipynb #29900ecc
+@patch(cls_method=True)
+def from_config(cls: TargetHeads, hf_config, dtype=torch.float32) -> TargetHeads:
+    "The heads of the causal LM `hf_config` makes, in its own classes, uninitialised in `dtype` on the default device."
+    with torch.device("meta"): lm = AutoModelForCausalLM.from_config(hf_config)
+    mods, where = _heads_of(lm), {id(m): n for n, m in lm.named_modules()}
+    tied = mods["lm_head"].weight is mods["embed_tokens"].weight
+    sources = {f"{k}.{n}": f"{where[id(m)]}.{n}" for k, m in mods.items() for n, _ in m.named_parameters()}
+    heads = cls(lm.config, **{k: _materialise(m, as_dtype(dtype)) for k, m in mods.items()}, sources=sources)
+    if tied: heads.lm_head.weight = heads.embed_tokens.weight
+    return heads
+
+# %% ../nbs/02_target.ipynb #aa439ca4
+SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+SAFETENSORS_INDEX, SAFETENSORS_FILE = "model.safetensors.index.json", "model.safetensors"
+
+class SafetensorsReader:
+    "Named tensors of a model directory's safetensors checkpoint, each read from its own byte range; counts reads."
+    def __init__(self, path):
+        self.path, self.bytes_read, self.tensors_read, self._headers = Path(path), 0, [], {}
+        self.files = self._weight_map()          # {tensor name: its file in `path`}
+
+    def _weight_map(self) -> dict[str, str]:
+        index = self.path / SAFETENSORS_INDEX
+        if not index.exists() and not (self.path / SAFETENSORS_FILE).exists():
+            raise FileNotFoundError(f"{self.path} holds neither {SAFETENSORS_INDEX} nor {SAFETENSORS_FILE}; heads-only "
+                                    "loading reads safetensors checkpoints: use load_target(path).")
+        if not index.exists(): return dict.fromkeys(self.header(SAFETENSORS_FILE)[1], SAFETENSORS_FILE)
+        files = json.loads(index.read_text())["weight_map"]
+        if bad := sorted({f for f in files.values() if f in ("", ".", "..") or f != Path(f).name}):
+            raise ValueError(f"{index} names {bad[0]!r}, outside {self.path}: an index may name only files in its "
+                             "own directory.")
+        return files
+
+# %% ../nbs/02_target.ipynb #e88220dd
+MAX_HEADER = 100_000_000   # bytes: safetensors' own limit
+
+@patch
+def header(self: SafetensorsReader, file: str) -> tuple[int, dict]:
+    "(where `file`'s tensor data starts, {tensor name: its dtype, shape and data_offsets}), read once per file."
+    if file not in self._headers:
+        with open(self.path / file, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if not 2 <= n <= MAX_HEADER:
+                raise ValueError(f"{self.path / file} is not a safetensors file (its header would be {n} bytes).")
+            entries = json.loads(f.read(n))
+        self._headers[file] = (8 + n, {k: v for k, v in entries.items() if k != "__metadata__"})
+    return self._headers[file]
+
+# %% ../nbs/02_target.ipynb #6f68ca9b
+@patch
+def locate(self: SafetensorsReader, name: str) -> tuple[str, int, torch.dtype, list, int]:
+    "(file, byte offset, dtype, shape, byte count) of tensor `name`, checked against its header."
+    if name not in self.files: raise ValueError(f"{self.path} holds no tensor {name!r}.")
+    file = self.files[name]
+    start, entries = self.header(file)
+    if name not in entries: raise ValueError(f"{self.path / SAFETENSORS_INDEX} puts {name} in {file}, which lacks it.")
+    e = entries[name]
+    if e["dtype"] not in SAFETENSORS_DTYPES:
+        raise ValueError(f"{name} in {self.path / file} is {e['dtype']}; heads are read as one of "
+                         f"{list(SAFETENSORS_DTYPES)}: use load_target(path).")
+    dtype, (lo, hi) = SAFETENSORS_DTYPES[e["dtype"]], e["data_offsets"]
+    n = math.prod(e["shape"]) * dtype.itemsize
+    if hi - lo != n:
+        raise ValueError(f"{name} in {self.path / file} spans {hi - lo} bytes, but {e['dtype']} {e['shape']} is {n}.")
+    return file, start + lo, dtype, e["shape"], n
+
+# %% ../nbs/02_target.ipynb #847ddc53
+@patch
+def read(self: SafetensorsReader, name: str) -> torch.Tensor:
+    "Tensor `name` as stored, on the CPU, read from its own byte range alone."
+    file, at, dtype, shape, n = self.locate(name)
+    out = torch.empty(n, dtype=torch.uint8)
+    with open(self.path / file, "rb") as f:
+        f.seek(at)
+        if f.readinto(out.numpy()) != n: raise ValueError(f"{self.path / file} ends inside {name}: it is truncated.")
+    self.bytes_read, self.tensors_read = self.bytes_read + n, self.tensors_read + [name]
+    return out.view(dtype).reshape(shape)
+
+# %% ../nbs/02_target.ipynb #13867404
+CHECKPOINT_PREFIXES = {"qwen3_5_text": "model.language_model.", "qwen3_5_moe_text": "model.language_model."}
+
+def checkpoint_names(lm_name: str, model_type: str) -> list[str]:
+    "The names a checkpoint of a `model_type` text model may give causal-LM tensor `lm_name`, in the order tried."
+    pre = CHECKPOINT_PREFIXES.get(model_type)
+    return [lm_name] + ([pre + lm_name.removeprefix("model.")] if pre and lm_name.startswith("model.") else [])
+
+# %% ../nbs/02_target.ipynb #84971d62
+@patch
+def load_from(self: TargetHeads, reader: SafetensorsReader) -> TargetHeads:
+    "Fill every parameter from `reader`'s checkpoint (cast to its dtype, on its device), reading no other tensor."
+    for n, p in self.named_parameters():
+        names = checkpoint_names(self.sources[n], self.config.model_type)
+        if not (found := [c for c in names if c in reader.files]):
+            raise ValueError(f"{reader.path} holds no {' or '.join(names)} (the target's {n}): heads-only loading "
+                             "reads HF causal-LM and Qwen3.5 vision-language names; use load_target(path).")
+        t = reader.read(found[0])
+        if t.shape != p.shape:
+            raise ValueError(f"{found[0]} in {reader.path} is {list(t.shape)} but its config.json makes {n} "
+                             f"{list(p.shape)}: the weights and the config disagree.")
+        with torch.no_grad(): p.copy_(t)
+    self.reader = reader                                 # what was read: `reader.tensors_read`, `reader.bytes_read`
+    return self
+
+# %% ../nbs/02_target.ipynb #9b4c24d3
+def load_target_heads(path, dtype="auto", device="cpu") -> Target:
+    "The target in `path` heads-only (a `TargetHeads`), with its tokenizer; `dtype`: as `load_target`'s, 'auto' first."
+    path = _model_dir(path)
+    dtype = checkpoint_dtype(path) if dtype == "auto" else as_dtype(dtype)
+    config = AutoConfig.from_pretrained(path, trust_remote_code=False, local_files_only=True)
+    with torch.device(device): heads = TargetHeads.from_config(config, dtype)
+    heads.load_from(SafetensorsReader(path)).eval()
+    return Target(heads, load_tokenizer(path), path.name, config_hash(heads.config), "none")

@@ -11,9 +11,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 import torch
+from safetensors.torch import save_file
+from transformers import Qwen3_5Config
 import dflash_nb
 from .model import DFlashDraftModel
-from .target import Target, tiny_target
+from .target import Target, SafetensorsReader, tiny_target
 from .storage import file_sha256
 from .cache import HiddenStateCache, CacheLayout
 from .extract import extract_to_cache, generate_responses
@@ -22,7 +24,8 @@ from .train import TrainConfig, train
 # %% auto #0
 __all__ = ['FIXTURES_ENV', 'MANIFEST', 'TINY_TAPS', 'FUSIONS', 'tiny_drafter', 'tiny_hybrid', 'tiny_prompts', 'source_hash',
            'fixture_root', 'fixture_key', 'dir_digests', 'check_fixture', 'one_thread', 'cached_dir',
-           'build_tiny_cache', 'tiny_cache', 'train_tiny_pair', 'TrainedPair', 'trained_pair', 'Poisoned']
+           'build_tiny_cache', 'tiny_cache', 'train_tiny_pair', 'TrainedPair', 'trained_pair', 'Poisoned',
+           'recorded_reads', 'save_vl_layout']
 
 # %% ../nbs/90_testing.ipynb #de02fcd8
 def tiny_drafter(**overrides) -> dict:
@@ -180,3 +183,29 @@ class Poisoned:
             r["taps"] = r["taps"].clone()
             r["taps"][0, 0] = float("nan")
         return r
+
+# %% ../nbs/90_testing.ipynb #bf59947a
+@contextmanager
+def recorded_reads():
+    "Within the block, every `SafetensorsReader` made is appended to the list this yields (its counts: what it read)."
+    made, init = [], SafetensorsReader.__init__
+    def record(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self)
+    SafetensorsReader.__init__ = record
+    try: yield made
+    finally: SafetensorsReader.__init__ = init
+
+# %% ../nbs/90_testing.ipynb #402de2d1
+def _vl_name(k: str) -> str: return "model.language_model." + k.removeprefix("model.") if k.startswith("model.") else k
+
+def save_vl_layout(model, out_dir) -> Path:
+    "Save untied Qwen3.5 text model `model` into `out_dir` as Qwen3.5/3.6 are published; return `out_dir`."
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {_vl_name(k): v.contiguous() for k, v in model.state_dict().items()}
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    cfg = Qwen3_5Config(text_config=model.config.to_dict(), tie_word_embeddings=False)
+    cfg.architectures = ["Qwen3_5ForConditionalGeneration"]
+    cfg.save_pretrained(out)
+    return out

@@ -496,10 +496,13 @@ class Trainer:
 @patch
 def _load(self: Trainer, target, data) -> tuple:
     "(target, data, drafter config): loaded per `cfg` unless given, the cache checked against the drafter."
-    from dflash_nb.target import load_target
+    from dflash_nb.target import load_target, load_target_heads
     cfg = self.cfg
     data = HiddenStateCache(cfg.cache) if data is None and cfg.cache else data
-    target = target or load_target(cfg.target, device=self.device)
+    if target is None and data is not None: target = load_target_heads(cfg.target, device=self.device)
+    if target is None:                                                       # online: the run runs the target
+        dtype = torch.bfloat16 if self.device.type == "cuda" and cfg.bf16 else torch.float32
+        target = load_target(cfg.target, dtype=dtype, device=self.device)
     init = DFlashDraftModel.from_pretrained(cfg.init_from).config if cfg.init_from else None
     if data is None: data = online_data(cfg, target, online_taps(cfg, target, init), self.rank, self.world)
     dc = init or drafter_config_for(cfg, target, data)
