@@ -361,9 +361,11 @@ def train_hidden(self: DFlashDraftModel, input_ids: torch.Tensor, taps: torch.Te
 
 # %% ../nbs/01_model.ipynb #fa8a0770
 @patch
-def forward(self: DFlashDraftModel, input_ids, taps, anchors, impl: str = "auto", check: bool = True):
-    "Training logits [N, A, B, V] (see `train_hidden`)."
-    return self.logits(self.train_hidden(input_ids, taps, anchors, impl, check))
+def forward(self: DFlashDraftModel, input_ids, taps, anchors, impl: str = "auto", check: bool = True,
+            hidden: bool = False):
+    "Training logits [N, A, B, V], or with `hidden` the final-normed states [N, A, B, H] (see `train_hidden`)."
+    h = self.train_hidden(input_ids, taps, anchors, impl, check)
+    return h if hidden else self.logits(h)
 
 # %% ../nbs/01_model.ipynb #3943816d
 def per_anchor_logits(model: DFlashDraftModel, input_ids, taps, anchors, impl: str = "auto") -> torch.Tensor:

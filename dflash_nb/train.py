@@ -32,10 +32,10 @@ __all__ = ['LOSSES', 'SOURCES', 'SCHEDULES', 'PARALLELS', 'INIT_NORMS', 'KINDS',
            'read_records', 'make_batch', 'slot_positions', 'target_logits', 'position_weights', 'prefix_correct',
            'weighted_slots', 'dflash_loss', 'acceptance_counts', 'acceptance_metrics', 'noise_level', 'noisy_fc_input',
            'noisy_targets', 'lr_at', 'resolve_device', 'init_distributed', 'parallelize', 'mask_token_hint',
-           'drafter_config_for', 'norm_scale', 'init_final_norm', 'loss_targets', 'step_loss', 'slot_gradients',
-           'BatchPlan', 'step_seed', 'step_generator', 'online_taps', 'online_data', 'Trainer', 'HostReads',
-           'trainer_reads', 'train', 'read_metrics', 'gpu_step_profile', 'check_keys', 'load_train_config',
-           'train_parser', 'train_main']
+           'drafter_config_for', 'norm_scale', 'init_final_norm', 'rows_targets', 'loss_targets', 'RowsLoss',
+           'ChunkedRowsLoss', 'step_loss', 'slot_gradients', 'BatchPlan', 'step_seed', 'step_generator', 'online_taps',
+           'online_data', 'Trainer', 'HostReads', 'trainer_reads', 'train', 'read_metrics', 'gpu_step_profile',
+           'check_keys', 'load_train_config', 'train_parser', 'train_main']
 
 # %% ../nbs/04a_train.ipynb #52886ac2
 LOSSES, SOURCES, SCHEDULES = ("ce", "kl"), ("auto", "tokens", "final", "deepest_tap"), ("constant", "linear", "cosine")
@@ -56,6 +56,7 @@ class TrainConfig:
     target_source: str = "auto"       # auto, tokens, final or deepest_tap (see above)
     gamma: float = 7.0                # position decay exp(-(k-1)/gamma)
     streak: float = 0.0               # streak-aware up-weighting of slots whose predecessors are right (0 = off)
+    loss_chunk: int = 32              # anchors (block rows) per chunk of lm_head + loss; 0: all at once
     noise_std: float = 0.0            # noise on the fc input, relative to each tap's RMS
     noise_schedule: str = "constant"  # constant, linear (to 0) or cosine (to 0)
     repro_noise_on_targets: bool = False  # REPRODUCES A KNOWN BUG (noise reaches the loss targets): never train so
@@ -120,6 +121,8 @@ def validate(self: TrainConfig) -> TrainConfig:
         raise ValueError("loss='kl' needs target logits: set target_source='final' (a cache with final states) "
                          "or 'deepest_tap'.")
     if self.slot_grads_every < 0: raise ValueError(f"slot_grads_every={self.slot_grads_every} must be >= 0 (0 = off).")
+    if self.loss_chunk < 0:
+        raise ValueError(f"loss_chunk={self.loss_chunk} must be >= 0 (anchors per chunk of the loss; 0 = all at once).")
     if self.init_from and self.init_norm != "default":
         raise ValueError(f"init_norm={self.init_norm!r} with init_from: the checkpoint's norm wins; drop one.")
     if self.repro_noise_on_targets: check_repro_noise(self)
@@ -381,32 +384,90 @@ def init_final_norm(model: DFlashDraftModel, target_norm: nn.Module, how: str) -
     with torch.no_grad(): w.copy_(scale.to(w))
 
 # %% ../nbs/04a_train.ipynb #ffca6f83
+def rows_targets(b: Batch, pos: torch.Tensor, sup: torch.Tensor, rows: slice, norm: nn.Module, lm_head: nn.Module):
+    "(labels, soft target logits or None, supervised) of block rows `rows`; `pos`, `sup` from `slot_positions`."
+    p = pos[:, rows]
+    if b.target_states is None: return b.input_ids.gather(1, p.flatten(1)).view_as(p), None, sup[:, rows]
+    soft = target_logits(b.target_states, p, norm, lm_head)
+    return soft.argmax(-1), soft, sup[:, rows]
+
+# %% ../nbs/04a_train.ipynb #2fb1be10
 def loss_targets(b: Batch, dc: DFlashConfig, norm: nn.Module, lm_head: nn.Module):
-    "(labels [N,A,B-1], soft target logits or None, supervised mask) from the clean batch."
-    pos, sup = slot_positions(b, dc.block_size)
-    if b.target_states is None: return b.input_ids.gather(1, pos.flatten(1)).view_as(pos), None, sup
-    soft = target_logits(b.target_states, pos, norm, lm_head)
-    return soft.argmax(-1), soft, sup
+    "(labels [N,A,B-1], soft target logits or None, supervised mask) of every block row of `b`."
+    return rows_targets(b, *slot_positions(b, dc.block_size), slice(None), norm, lm_head)
+
+# %% ../nbs/04a_train.ipynb #0f0ec343
+def _autocast(b: Batch, cfg: TrainConfig):
+    "bf16 autocast on CUDA when `cfg.bf16`, else none: the drafter's forward and its lm_head run under it."
+    dev = b.input_ids.device.type
+    return torch.autocast(dev, dtype=torch.bfloat16, enabled=cfg.bf16 and dev == "cuda")
+
+# %% ../nbs/04a_train.ipynb #5467f8bb
+def _drafter(model) -> DFlashDraftModel:
+    "The drafter inside a DDP wrapper (FSDP2 shards the drafter in place: it is the drafter itself)."
+    return getattr(model, "module", model)
+
+# %% ../nbs/04a_train.ipynb #6614b309
+class RowsLoss:
+    "One chunk's work: the weighted slot loss of some block rows (anchors) from the drafter's final states."
+    def __init__(self, drafter: DFlashDraftModel, targets: Batch, cfg: TrainConfig, head: tuple):
+        self.drafter, self.targets, self.cfg, self.head = drafter, targets, cfg, head
+        self.pos, self.sup = slot_positions(targets, drafter.config.block_size)
+
+    def __call__(self, h: torch.Tensor, rows: slice) -> tuple:
+        "(Σ loss × weight, Σ weight, correct, labels) of block rows `rows`, whose final states are `h`."
+        labels, soft, sup = rows_targets(self.targets, self.pos, self.sup, rows, *self.head)
+        with _autocast(self.targets, self.cfg): logits = self.drafter.logits(h)
+        per, w, correct = weighted_slots(logits, labels, sup, self.cfg, soft)
+        return (per * w).sum(), w.sum(), correct, labels
+
+# %% ../nbs/04a_train.ipynb #4058ee19
+class ChunkedRowsLoss(torch.autograd.Function):
+    "(loss, correct, labels) of `RowsLoss` over the rows of states `h`, `chunk` rows at a time (see above)."
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, rows_loss: RowsLoss, chunk: int):
+        grad, parts = torch.empty_like(h), []
+        for a in range(0, h.shape[1], chunk):
+            rows = slice(a, a + chunk)
+            hc = h[:, rows].detach().requires_grad_()
+            with torch.enable_grad():
+                s, w, correct, labels = rows_loss(hc, rows)
+                grad[:, rows] = torch.autograd.grad(s, hc)[0]
+            parts.append((s.detach(), w, correct, labels))
+        s, w = (torch.stack([p[k] for p in parts]).sum() for k in (0, 1))
+        correct, labels = (torch.cat([p[k] for p in parts], 1) for k in (2, 3))
+        total = w.clamp(min=1e-8)
+        ctx.save_for_backward(grad, total)
+        ctx.mark_non_differentiable(correct, labels)
+        return s / total, correct, labels
+
+    @staticmethod
+    def backward(ctx, g, *_):
+        grad, total = ctx.saved_tensors
+        return grad * (g / total), None, None
 
 # %% ../nbs/04a_train.ipynb #b769ebcd
 def step_loss(model, b: Batch, dc: DFlashConfig, cfg: TrainConfig, head: tuple, noise: tuple | None = None) -> dict:
-    "Loss and bookkeeping for one micro-batch; the noise, `(level, generator)`, touches only the fc input."
-    labels, soft, sup = loss_targets(b, dc, *head)
+    "Loss and bookkeeping for one micro-batch, `cfg.loss_chunk` anchors at a time; the noise touches only the fc input."
     level, generator = noise or (0.0, None)
     fc_in = noisy_fc_input(b.fc_taps, level, dc.hidden_size, generator)
-    if cfg.repro_noise_on_targets: labels, soft, sup = loss_targets(noisy_targets(b, level, dc.hidden_size, generator),
-                                                                   dc, *head)
-    cuda_bf16 = cfg.bf16 and b.input_ids.device.type == "cuda"
-    with torch.autocast(b.input_ids.device.type, dtype=torch.bfloat16, enabled=cuda_bf16):
-        logits = model(b.input_ids, fc_in, b.anchors, cfg.attn_impl, check=False)   # anchors: sampled valid
-    loss, correct = dflash_loss(logits, labels, sup, cfg, soft)
-    return {"loss": loss, "correct": correct, "supervised": sup, "labels": labels, "soft": soft}
+    tb = noisy_targets(b, level, dc.hidden_size, generator) if cfg.repro_noise_on_targets else b
+    with _autocast(b, cfg):   # anchors: sampled valid; the final states when chunked, else the whole logits
+        out = model(b.input_ids, fc_in, b.anchors, cfg.attn_impl, check=False, hidden=cfg.loss_chunk > 0)
+    if cfg.loss_chunk:
+        rows = RowsLoss(_drafter(model), tb, cfg, head)
+        loss, correct, labels = ChunkedRowsLoss.apply(out, rows, cfg.loss_chunk)
+        sup = rows.sup
+    else:
+        labels, soft, sup = loss_targets(tb, dc, *head)
+        loss, correct = dflash_loss(out, labels, sup, cfg, soft)
+    return {"loss": loss, "correct": correct, "supervised": sup, "labels": labels}
 
 # %% ../nbs/04a_train.ipynb #3d43dd9a
 SLOT_LOSSES = ("ce", "kl", "kl+streak")
 
 def slot_gradients(model, b: Batch, dc: DFlashConfig, cfg: TrainConfig, head: tuple, losses=SLOT_LOSSES) -> dict:
-    "{loss: {grad_norm, grad_share, weight}}, each a list over slots 1..B-1, for one batch (`cfg`: gamma, streak)."
+    "{loss: {grad_norm, grad_share, weight}} over slots 1..B-1 of one batch (`cfg`: gamma, streak); whole logits."
     labels, soft, sup = loss_targets(b, dc, *head)
     if soft is None and any(x != "ce" for x in losses):
         raise ValueError(f"losses={losses} include KL, which needs target states: use target_source 'final' or "
@@ -511,7 +572,7 @@ def _load(self: Trainer, target, data) -> tuple:
 
 # %% ../nbs/04a_train.ipynb #feff6fa6
 RESUME_FREE = ("out_dir", "cache", "prompts", "target", "progress", "log_every", "save_every", "device",
-               "slot_grads_every")
+               "slot_grads_every", "loss_chunk")
 
 @patch
 def _checkpoint_to_resume(self: Trainer) -> Path | None:
