@@ -7,12 +7,13 @@ Docs: https://dflash-nb.github.io/dflash_nb/launch.html.md"""
 # %% ../nbs/05_launch.ipynb #2b9324f5
 from __future__ import annotations
 import io, json, os, re, signal, subprocess, sys, threading, time
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 import torch, yaml
 from fastcore.basics import patch
 from matplotlib.figure import Figure
 from .train import TrainConfig, load_train_config, read_metrics, train_parser
+from .train import Nodes, check_dist_timeout
 
 # %% auto #0
 __all__ = ['write_run_config', 'runs_on_cpu', 'check_nproc', 'torchrun_command', 'Launch', 'failure_cause', 'LaunchFailed',
@@ -41,19 +42,30 @@ def check_nproc(nproc: int, device: str = "auto", gpus: int | None = None) -> in
                          f"use nproc <= {gpus}, or expose more GPUs (CUDA_VISIBLE_DEVICES).")
     return nproc
 
+# %% ../nbs/05_launch.ipynb #38018ac0
+def _log_args(out_dir, nproc: int, nodes: Nodes) -> list[str]:
+    "torchrun's options that send ranks >= 1 of this machine to files under out_dir/logs (node-R/ on several)."
+    if nproc == 1: return []
+    logs = Path(out_dir) / "logs" / (f"node-{nodes.node_rank}" if nodes.nnodes > 1 else "")
+    return ["--log-dir", str(logs), "--redirects", ",".join(f"{r}:3" for r in range(1, nproc))]
+
 # %% ../nbs/05_launch.ipynb #f1ae2949
-def torchrun_command(config_path, nproc: int = 1, extra=()) -> list[str]:
-    "The torchrun command line that trains `config_path` on `nproc` processes; ranks >= 1 log to files in out_dir/logs."
+_MACHINE_OPTIONS = ("nproc_per_node", *(f.name for f in fields(Nodes)))   # given as `nproc` and `nodes` instead
+
+def torchrun_command(config_path, nproc: int = 1, extra=(), nodes: Nodes | None = None) -> list[str]:
+    "The torchrun command that trains `config_path` on `nproc` processes here, one machine of `nodes` (default: one)."
     a, unknown = train_parser().parse_known_args(["--config", str(config_path), *map(str, extra)])
-    if unknown:
-        raise ValueError(f"dflash-train does not take {unknown}: `extra` may hold --out-dir, --steps and --device.")
+    if unknown: raise ValueError(f"dflash-train does not take {unknown}: `extra` may hold --out-dir, --steps, "
+                                 "--device and --dist-timeout.")
+    if given := ["--" + o.replace("_", "-") for o in _MACHINE_OPTIONS if getattr(a, o) is not None]:
+        raise ValueError(f"`extra` holds {given}: give processes as `nproc` and machines as `nodes=Nodes(...)`.")
     cfg = load_train_config(a.config, out_dir=a.out_dir, steps=a.steps, device=a.device)
+    if a.dist_timeout is not None: check_dist_timeout(a.dist_timeout)
     check_nproc(nproc, cfg.device)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
-    if nproc > 1:
-        redirects = ",".join(f"{r}:3" for r in range(1, nproc))
-        cmd += ["--log-dir", str(Path(cfg.out_dir) / "logs"), "--redirects", redirects]
-    return cmd + ["-m", "dflash_nb.train", "--config", str(config_path), *map(str, extra)]
+    nodes = nodes or Nodes()
+    return [sys.executable, "-m", "torch.distributed.run", *nodes.torchrun_args(), "--nproc-per-node", str(nproc),
+            *_log_args(cfg.out_dir, nproc, nodes), "-m", "dflash_nb.train", "--config", str(config_path),
+            *map(str, extra), *nodes.flags()]
 
 # %% ../nbs/05_launch.ipynb #d0796cf2
 class Launch:
@@ -79,12 +91,12 @@ class Launch:
         return f"Launch({self.out_dir}, pid {self.proc.pid}, {state})"
 
 # %% ../nbs/05_launch.ipynb #722b4058
-_EXCEPTION = re.compile(r"^(?:\w+\.)*\w*(?:Error|Exception|Interrupt)(?::|$)")
+_EXCEPTION = re.compile(r"^(\[rank\d+\]: ?)?((?:\w+\.)*\w*(?:Error|Exception|Interrupt)(?::.*|$))")
 
 def failure_cause(lines: list[str]) -> str | None:
-    "The last Python exception line in `lines`, torchrun's own `ChildFailedError` skipped."
-    found = [l for l in lines if _EXCEPTION.match(l) and "ChildFailedError" not in l]
-    return found[-1] if found else None
+    "The last exception line of a rank (`[rankN]: ` dropped), else the last one; torchrun's `ChildFailedError` skipped."
+    found = [m for l in lines if (m := _EXCEPTION.match(l)) and "ChildFailedError" not in l]
+    return ([m for m in found if m[1]] or found)[-1][2] if found else None
 
 # %% ../nbs/05_launch.ipynb #62fec0d3
 class LaunchFailed(RuntimeError):
@@ -135,10 +147,12 @@ def metrics(self: Launch) -> list[dict]:
     except json.JSONDecodeError: return []
 
 # %% ../nbs/05_launch.ipynb #131c2f9f
-def launch(cfg: TrainConfig, nproc: int = 1, config_path=None, extra=()) -> Launch:
-    "Write `cfg` (to out_dir/run.yaml unless `config_path`) and train it under torchrun on `nproc` processes."
-    path = write_run_config(cfg, config_path or Path(cfg.out_dir) / "run.yaml")
-    cmd = torchrun_command(path, nproc, extra)
+def launch(cfg: TrainConfig, nproc: int = 1, config_path=None, extra=(), nodes: Nodes | None = None) -> Launch:
+    "Write `cfg` (to out_dir/run.yaml, run-node-R.yaml on machine R of several, or `config_path`) and train it here."
+    nodes = nodes or Nodes()
+    name = "run.yaml" if nodes.nnodes == 1 else f"run-node-{nodes.node_rank}.yaml"
+    path = write_run_config(cfg, config_path or Path(cfg.out_dir) / name)
+    cmd = torchrun_command(path, nproc, extra, nodes)
     return Launch(cmd, cfg.out_dir, {"OMP_NUM_THREADS": "1"} if runs_on_cpu(cfg.device) else {})
 
 # %% ../nbs/05_launch.ipynb #01c7abbb

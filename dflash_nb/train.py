@@ -27,15 +27,17 @@ from .checkpoint import (CheckpointState, save_checkpoint, latest_checkpoint, re
                                   whole_optimizer_state, load_optimizer_state)
 
 # %% auto #0
-__all__ = ['LOSSES', 'SOURCES', 'SCHEDULES', 'PARALLELS', 'INIT_NORMS', 'KINDS', 'SLOT_LOSSES', 'RESUME_FREE', 'DRAFTER_KEYS',
-           'TrainConfig', 'check_repro_noise', 'length_grouped_batches', 'valid_anchors', 'sample_anchors', 'Batch',
-           'read_records', 'make_batch', 'slot_positions', 'target_logits', 'position_weights', 'prefix_correct',
-           'weighted_slots', 'dflash_loss', 'acceptance_counts', 'acceptance_metrics', 'noise_level', 'noisy_fc_input',
-           'noisy_targets', 'lr_at', 'resolve_device', 'init_distributed', 'parallelize', 'mask_token_hint',
-           'drafter_config_for', 'norm_scale', 'init_final_norm', 'rows_targets', 'loss_targets', 'RowsLoss',
-           'ChunkedRowsLoss', 'step_loss', 'slot_gradients', 'BatchPlan', 'step_seed', 'step_generator', 'online_taps',
-           'online_data', 'Trainer', 'HostReads', 'trainer_reads', 'train', 'read_metrics', 'gpu_step_profile',
-           'check_keys', 'load_train_config', 'train_parser', 'train_main']
+__all__ = ['LOSSES', 'SOURCES', 'SCHEDULES', 'PARALLELS', 'INIT_NORMS', 'KINDS', 'DIST_TIMEOUT', 'SLOT_LOSSES', 'RESUME_FREE',
+           'DRAFTER_KEYS', 'NODE_LOCAL', 'TrainConfig', 'check_repro_noise', 'length_grouped_batches', 'valid_anchors',
+           'sample_anchors', 'Batch', 'read_records', 'make_batch', 'slot_positions', 'target_logits',
+           'position_weights', 'prefix_correct', 'weighted_slots', 'dflash_loss', 'acceptance_counts',
+           'acceptance_metrics', 'noise_level', 'noisy_fc_input', 'noisy_targets', 'lr_at', 'resolve_device',
+           'check_dist_timeout', 'init_distributed', 'parallelize', 'mask_token_hint', 'drafter_config_for',
+           'norm_scale', 'init_final_norm', 'rows_targets', 'loss_targets', 'RowsLoss', 'ChunkedRowsLoss', 'step_loss',
+           'slot_gradients', 'BatchPlan', 'step_seed', 'step_generator', 'online_taps', 'online_data', 'Trainer',
+           'HostReads', 'trainer_reads', 'train', 'read_metrics', 'gpu_step_profile', 'check_keys', 'load_train_config',
+           'train_parser', 'check_endpoint', 'check_nodes', 'Nodes', 'nodes_from_args', 'relaunch_command',
+           'die_with_parent', 'Ranks', 'start_ranks', 'LostPeerError', 'peer_failure', 'run_ranks', 'train_main']
 
 # %% ../nbs/04a_train.ipynb #52886ac2
 LOSSES, SOURCES, SCHEDULES = ("ce", "kl"), ("auto", "tokens", "final", "deepest_tap"), ("constant", "linear", "cosine")
@@ -297,20 +299,35 @@ def lr_at(step: int, total: int, base: float, warmup: float) -> float:
 
 # %% ../nbs/04a_train.ipynb #75804852
 def resolve_device(device: str = "auto", local_rank: int = 0) -> torch.device:
-    "The torch device for `device` ('auto', 'cpu', 'cuda'); CUDA ranks use their local GPU."
+    "The torch device for `device` ('auto', 'cpu', 'cuda'); CUDA ranks use GPU `local_rank` (LOCAL_RANK) of their node."
     if device == "auto": device = "cuda" if torch.cuda.is_available() else "cpu"
     if not device.startswith("cuda"): return torch.device(device)
     if not torch.cuda.is_available():
         raise RuntimeError("device='cuda' but torch sees no CUDA GPU: use device='cpu' (or 'auto').")
+    if not 0 <= local_rank < (n := torch.cuda.device_count()):
+        raise RuntimeError(f"LOCAL_RANK={local_rank} but this node sees {n} GPU(s): start at most {n} processes per "
+                           "node (--nproc-per-node), or expose more GPUs (CUDA_VISIBLE_DEVICES).")
     return torch.device("cuda", local_rank)
 
+# %% ../nbs/04a_train.ipynb #0448bc37
+DIST_TIMEOUT = 600.0   # s a collective waits for a missing rank (torch's default: 1800 for gloo, 600 for NCCL)
+
+def check_dist_timeout(seconds: float) -> float:
+    "`seconds` as a process-group timeout if it is one (10 s to a day); else a ValueError naming --dist-timeout."
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 10 <= seconds <= 86400:
+        raise ValueError(f"--dist-timeout {seconds!r} must be a number of seconds from 10 to 86400: how long a rank "
+                         "waits for a missing one (it must outlast a checkpoint write).")
+    return float(seconds)
+
 # %% ../nbs/04a_train.ipynb #83ac0722
-def init_distributed(device: torch.device) -> tuple[int, int]:
-    "(rank, world_size); starts the process group under torchrun (NCCL on CUDA, gloo on CPU)."
+def init_distributed(device: torch.device, timeout: float = DIST_TIMEOUT) -> tuple[int, int]:
+    "(rank, world_size); under torchrun starts the process group (NCCL on CUDA, gloo on CPU), `timeout` s waits."
+    from datetime import timedelta
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not dist.is_initialized():
         if device.type == "cuda": torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                timeout=timedelta(seconds=check_dist_timeout(timeout)))
     return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
 
 # %% ../nbs/04a_train.ipynb #a66f48ec
@@ -899,14 +916,235 @@ def train_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out-dir", help="override out_dir")
     ap.add_argument("--steps", type=int, help="override steps")
     ap.add_argument("--device", help="override device (auto, cpu, cuda)")
+    ap.add_argument("--dist-timeout", type=float,
+                    help=f"s a collective waits for a missing rank, then the run fails (10..86400; {DIST_TIMEOUT:.0f})")
+    _add_machine_options(ap)
     return ap
+
+# %% ../nbs/04a_train.ipynb #fdd09ee6
+def check_endpoint(endpoint: str) -> tuple[str, int]:
+    "(host, port) of a rendezvous endpoint `HOST:PORT` (`[v6 address]:PORT` too); else a ValueError naming the option."
+    host, _, port = endpoint.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not host.strip() or not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError(f"rdzv_endpoint={endpoint!r} must be HOST:PORT with a port in 1..65535, e.g. node0:29400 "
+                         "(node 0's address and a free port there, the same on every machine).")
+    return host, int(port)
+
+# %% ../nbs/04a_train.ipynb #df35eb50
+def check_nodes(nodes) -> None:
+    "Raise on a `Nodes` setting torchrun would reject late, hang on, or misread; naming the option and the fix."
+    n, r, endpoint = nodes.nnodes, nodes.node_rank, nodes.rdzv_endpoint
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"nnodes={n!r} must be an integer >= 1.")
+    if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < n:
+        raise ValueError(f"node_rank={r!r} must be an integer in 0..{n - 1} (nnodes={n}).")
+    if n == 1 and endpoint:
+        raise ValueError(f"rdzv_endpoint={endpoint!r} is for nnodes > 1: drop it (one machine runs standalone).")
+    if n > 1 and not endpoint:
+        raise ValueError(f"nnodes={n} needs rdzv_endpoint HOST:PORT: node 0's address and a free port there.")
+    if n > 1: check_endpoint(endpoint)
+    if not nodes.rdzv_id or not nodes.rdzv_id.isprintable() or " " in nodes.rdzv_id:
+        raise ValueError(f"rdzv_id={nodes.rdzv_id!r} must be a name without spaces, the same on every machine.")
+
+# %% ../nbs/04a_train.ipynb #9a43a8fe
+@dataclass
+class Nodes:
+    "The machines of a run: how many, which one this is, and where they meet (torchrun's c10d rendezvous); checked."
+    nnodes: int = 1             # machines in the run
+    node_rank: int = 0          # this machine, 0..nnodes-1; node 0 is the machine at rdzv_endpoint
+    rdzv_endpoint: str = ""     # HOST:PORT of node 0, where the machines meet; only with nnodes > 1
+    rdzv_id: str = "dflash"     # the run's name at the endpoint, the same on every machine
+    def __post_init__(self): check_nodes(self)
+
+# %% ../nbs/04a_train.ipynb #5cb039f8
+@patch
+def torchrun_args(self: Nodes) -> list[str]:
+    "torchrun's options for these machines: `--standalone` for one, else a c10d rendezvous that node 0 hosts."
+    if self.nnodes == 1: return ["--standalone"]
+    return ["--nnodes", str(self.nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", self.rdzv_endpoint,
+            "--rdzv-id", self.rdzv_id, "--rdzv-conf", f"is_host={int(self.node_rank == 0)}"]
+
+# %% ../nbs/04a_train.ipynb #419b988a
+@patch
+def flags(self: Nodes) -> list[str]:
+    "The same machines as `dflash-train` options; none for one machine."
+    if self.nnodes == 1: return []
+    return ["--nnodes", str(self.nnodes), "--node-rank", str(self.node_rank), "--rdzv-endpoint", self.rdzv_endpoint,
+            "--rdzv-id", self.rdzv_id]
+
+# %% ../nbs/04a_train.ipynb #5c98a791
+def _add_machine_options(ap: argparse.ArgumentParser) -> None:
+    docs = docments(Nodes, full=False)
+    g = ap.add_argument_group("processes and machines", "Given these, dflash-train starts torchrun itself: "
+                              "the same command on every machine but --node-rank.")
+    g.add_argument("--nproc-per-node", type=int, help="processes on this machine, one per GPU (default 1)")
+    for f in fields(Nodes):
+        g.add_argument("--" + f.name.replace("_", "-"), type=int if f.type == "int" else str,
+                       help=f"{docs.get(f.name) or ''} (default: {f.default!r})")
+
+# %% ../nbs/04a_train.ipynb #fd0eb1f7
+def nodes_from_args(a: argparse.Namespace) -> Nodes:
+    "The validated `Nodes` of `dflash-train`'s --nnodes, --node-rank, --rdzv-endpoint and --rdzv-id."
+    return Nodes(**{f.name: v for f in fields(Nodes) if (v := getattr(a, f.name)) is not None})
+
+# %% ../nbs/04a_train.ipynb #46e610d1
+_PASSED_ON = ("out_dir", "steps", "device", "dist_timeout")   # dflash-train options the ranks get as they are
+
+def relaunch_command(a: argparse.Namespace) -> list[str] | None:
+    "The torchrun command `dflash-train` hands over to for several processes or machines; None to train in this one."
+    nodes, nproc = nodes_from_args(a), 1 if a.nproc_per_node is None else a.nproc_per_node
+    if a.dist_timeout is not None: check_dist_timeout(a.dist_timeout)
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        if a.nproc_per_node is not None:
+            raise ValueError("--nproc-per-node starts torchrun, and this process runs under torchrun already: "
+                             "give --nproc-per-node to torchrun.")
+        return None
+    if nodes.nnodes == 1 and nproc == 1: return None
+    from dflash_nb.launch import torchrun_command
+    extra = [x for k in _PASSED_ON if (v := getattr(a, k)) is not None for x in ("--" + k.replace("_", "-"), str(v))]
+    return torchrun_command(a.config, nproc, extra, nodes)
+
+# %% ../nbs/04a_train.ipynb #de4fdc2b
+def die_with_parent() -> None:
+    "On Linux, have the kernel SIGKILL this process when its parent exits (a rank never outlives its torchrun)."
+    import ctypes, signal
+    if sys.platform != "linux": return
+    if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL) != 0:   # 1: PR_SET_PDEATHSIG
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+# %% ../nbs/04a_train.ipynb #0b3add5c
+@dataclass
+class Ranks:
+    "This process's place in a run: global `rank` of `world` on `nodes` machines, every rank's name, the run's store."
+    rank: int = 0
+    world: int = 1
+    nodes: int = 1
+    names: list = field(default_factory=lambda: ["rank 0"])
+    store: tuple = ("", 0)      # (MASTER_ADDR, MASTER_PORT): the store torchrun serves on rank 0's machine
+
+# %% ../nbs/04a_train.ipynb #4c068abb
+def start_ranks(device: torch.device, node: int, timeout: float = DIST_TIMEOUT) -> Ranks:
+    "Start the process group (`init_distributed`) and learn every rank's name: rank, node, host and pid."
+    import socket
+    rank, world = init_distributed(device, timeout)
+    env = os.environ.get
+    names = _gather(f"rank {rank} (node {node}, host {socket.gethostname()}, pid {os.getpid()})", world)
+    store = (env("MASTER_ADDR", ""), int(env("MASTER_PORT", "0")))
+    return Ranks(rank, world, int(env("GROUP_WORLD_SIZE", "1")), names, store)
+
+# %% ../nbs/04a_train.ipynb #89f1ddb4
+NODE_LOCAL = ("out_dir", "cache", "prompts", "target", "progress")   # settings that may differ between machines
+
+@patch
+def check_same(self: Ranks, cfg: TrainConfig) -> None:
+    "Refuse ranks started with different settings (`NODE_LOCAL` ones excepted), naming the fields and their values."
+    mine = {k: v for k, v in asdict(cfg).items() if k not in NODE_LOCAL}
+    all_ = _gather(mine, self.world)
+    diff = {k: [a[k] for a in all_] for k in mine if any(a[k] != all_[0][k] for a in all_)}
+    if diff: raise ValueError(f"The ranks run with different settings (values by rank): {diff}. "
+                              "Give every machine the same YAML and options.")
+
+# %% ../nbs/04a_train.ipynb #e6429927
+def _appears(path: Path, text: str, wait: float) -> bool:
+    "Whether file `path` holds `text` within `wait` s."
+    deadline = time.monotonic() + wait
+    while not (path.exists() and path.read_text() == text):
+        if time.monotonic() > deadline: return False
+        time.sleep(0.1)
+    return True
+
+# %% ../nbs/04a_train.ipynb #ad67b1ac
+@patch
+def check_shared(self: Ranks, path, wait: float = 5.0) -> None:
+    "Refuse a run whose `path` is not one directory for every rank: rank 0 writes a file there, every rank looks."
+    import uuid
+    token = _gather(uuid.uuid4().hex, self.world)[0]          # rank 0's
+    probe = check_output_dir(path) / f".shared-{token}"
+    if self.rank == 0:
+        probe.parent.mkdir(parents=True, exist_ok=True)
+        probe.write_text(token)
+    if self.world > 1: dist.barrier()
+    seen = _gather(_appears(probe, token, wait), self.world)
+    if self.rank == 0: probe.unlink()
+    if blind := [n for n, ok in zip(self.names, seen) if not ok]:
+        raise ValueError(f"out_dir {path} is not one directory for all machines: {'; '.join(blind)} cannot see the "
+                         "file rank 0 wrote there. On several machines out_dir must be on a filesystem all of them "
+                         "mount (NFS, Lustre, ...): rank 0 writes checkpoints, metrics and online responses there, "
+                         "and every rank reads them back.")
+
+# %% ../nbs/04a_train.ipynb #204e0c5e
+def _missing(store: tuple, rank: int, world: int, wait: float) -> list[int]:
+    "Check in as `rank` at `store` (host, port); the ranks that have not after `wait` s (or once all did)."
+    import socket
+    from datetime import timedelta
+    key = lambda r: f"dflash/roll-call/{r}"
+    socket.create_connection(store, timeout=wait).close()     # a refused port fails here, without torch's retries
+    client = dist.TCPStore(*store, is_master=False, timeout=timedelta(seconds=wait))
+    client.set(key(rank), "here")
+    deadline = time.monotonic() + wait
+    while (missing := [r for r in range(world) if not client.check([key(r)])]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return missing
+
+# %% ../nbs/04a_train.ipynb #855c0cb0
+@patch
+def roll_call(self: Ranks, wait: float = 5.0) -> list[int] | None:
+    "After a failed collective: the ranks that do not check in at the run's store within `wait` s; None if it is gone."
+    import threading
+    out = []
+    def call():
+        try: out.append(_missing(self.store, self.rank, self.world, wait))
+        except (OSError, RuntimeError): pass       # a refused or broken connection, torch's DistError
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    t.join(3 * wait)    # a hung machine's store accepts and never answers: torch's client then outwaits `wait`
+    return out[0] if out else None
+
+# %% ../nbs/04a_train.ipynb #1c41ec76
+class LostPeerError(RuntimeError):
+    "A collective failed because other ranks went away; the message names them."
+
+# %% ../nbs/04a_train.ipynb #d142ca8a
+def peer_failure(e: BaseException) -> bool:
+    "Whether `e` is a collective that failed for want of a peer: a torch.distributed error, or gloo's RuntimeError."
+    return isinstance(e, dist.DistError) or (isinstance(e, RuntimeError) and "gloo" in str(e))
+
+# %% ../nbs/04a_train.ipynb #1ea1bb30
+@patch
+def lost(self: Ranks, e: BaseException, when: str, wait: float = 5.0) -> LostPeerError:
+    "The error for collective failure `e` (`when`: 'after step 7'), naming the ranks that went away (a roll call)."
+    missing, me, cause = self.roll_call(wait), self.names[self.rank], str(e).strip().split("\n")[0]
+    if missing is None:
+        why = f"the machine of {self.names[0]} is gone or unreachable (the run's store there does not answer)"
+    elif missing: why = f"{'; '.join(self.names[r] for r in missing)} went away (no answer within {wait:g} s)"
+    else: return LostPeerError(f"{me} stopped {when}: a collective failed while every rank still answers: {cause}")
+    return LostPeerError(f"{me} stopped {when}: {why}; that machine's log says why. The failed collective: {cause}")
+
+# %% ../nbs/04a_train.ipynb #8a5d64ca
+def run_ranks(cfg: TrainConfig, node: int, timeout: float = DIST_TIMEOUT) -> Path | None:
+    "Train `cfg` as this process's rank (alone or under torchrun); a rank that loses a peer says which one went away."
+    ranks = start_ranks(resolve_device(cfg.device, int(os.environ.get("LOCAL_RANK", "0"))), node, timeout)
+    trainer = None
+    try:
+        if ranks.nodes > 1:
+            ranks.check_same(cfg)
+            ranks.check_shared(cfg.out_dir)
+        trainer = Trainer(cfg)
+        return trainer.fit()
+    except Exception as e:
+        if ranks.world == 1 or not peer_failure(e): raise
+        raise ranks.lost(e, f"after step {trainer.step}" if trainer else "while starting") from e
 
 # %% ../nbs/04a_train.ipynb #da72e5c5
 def train_main(argv=None) -> None:
     "Entry point of `dflash-train`: None (exit status 0) after training; a bad config or failed run raises (status 1)."
     a = train_parser().parse_args(argv)
+    if cmd := relaunch_command(a): os.execv(cmd[0], cmd)     # several processes or machines: torchrun takes over
     cfg = load_train_config(a.config, out_dir=a.out_dir, steps=a.steps, device=a.device)
-    try: ck = train(cfg)
+    if "TORCHELASTIC_RUN_ID" in os.environ: die_with_parent()
+    node = int(os.environ.get("GROUP_RANK", "0")) if a.node_rank is None else a.node_rank
+    try: ck = run_ranks(cfg, node, DIST_TIMEOUT if a.dist_timeout is None else a.dist_timeout)
     finally:
         if dist.is_initialized(): dist.destroy_process_group()
     if int(os.environ.get("RANK", "0")) == 0: print(f"last checkpoint: {ck}")
