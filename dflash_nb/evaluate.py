@@ -130,6 +130,7 @@ def pad_stack(xs, value=0) -> torch.Tensor:
     "Tensors [T_i, ...] padded with `value` along dim 0 to the longest and stacked: [N, T_max, ...]."
     return torch.nn.utils.rnn.pad_sequence(list(xs), batch_first=True, padding_value=value)
 
+@torch.no_grad()
 def prompt_contexts(model: DFlashDraftModel, taps: list) -> ContextCache:
     "The context K/V of whole prompts from their fc taps [T_i, n_fc*H], padded to the longest: one row per prompt."
     return fused_kv(model, model.fuse_context(pad_stack(taps).to(model.device)))

@@ -308,9 +308,10 @@ def embed_blocks(self: DFlashDraftModel, anchor_tokens: torch.Tensor) -> torch.T
 # %% ../nbs/01_model.ipynb #05eca836
 @patch
 def logits(self: DFlashDraftModel, h: torch.Tensor) -> torch.Tensor:
-    "The target's lm_head on drafter hidden states `h`, cast to the lm_head's dtype (the target is never cast)."
+    "The target's lm_head on drafter hidden states `h` [..., H] as one [rows, H] product, in the lm_head's dtype."
     _need_target(self)
-    return self.lm_head(h.to(self.lm_head.weight.dtype))
+    x = h.to(self.lm_head.weight.dtype)          # the target is never cast
+    return self.lm_head(x.reshape(-1, x.shape[-1])).unflatten(0, x.shape[:-1])
 
 # %% ../nbs/01_model.ipynb #11aa5ce7
 @patch

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse, inspect, json, math, os, re, shlex, subprocess, sys, tempfile, warnings
 import yaml
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field, fields, replace, asdict
+from dataclasses import dataclass, field, replace, asdict
 from pathlib import Path
 from types import SimpleNamespace
 from fastcore.basics import patch
@@ -24,7 +24,7 @@ import dflash_nb.model as _model
 from .cache import CACHE_DTYPES
 from .config import default_target_layer_ids
 from .model import DFlashDraftModel
-from .target import as_target, as_dtype
+from .target import as_target, as_dtype, materialise, TargetHeads
 from .train import (TrainConfig, Batch, load_train_config, drafter_config_for, step_loss, parallelize,
                              acceptance_counts)
 from .extract import extract_taps
@@ -160,7 +160,11 @@ class _NoHook:
     def remove(self): pass
 
 class _GlobalPeak:
-    "A memory tracker that keeps only the global peak: the per-module peaks it would update on every op go unread."
+    "A memory tracker that keeps only the global peak: the per-module statistics it would keep go unread."
+    def _pre_fw_hook(self, module: nn.Module, inputs) -> None:
+        if module in self.memory_tracking and not self._mod_tracker.is_bw: return   # again: the lm_head, per loss chunk
+        super()._pre_fw_hook(module, inputs)
+
     def _update_peak_stats(self, peak_state) -> None:
         for dev, snap in self._curr_mem_snap.items():
             if self._peak_mem.get(dev, 0) < snap["Total"]:
@@ -209,38 +213,6 @@ def read_target_config(path):
     if "model_type" not in raw: raise ValueError(f"{p} has no model_type, so it is not a Hugging Face config.json.")
     return AutoConfig.for_model(**raw)
 
-# %% ../nbs/05a_plan.ipynb #0852296f
-def _materialise(module: nn.Module, dtype: torch.dtype) -> nn.Module:
-    "`module`'s meta parameters and buffers re-made (fake under a `FakeTensorMode`), floating parameters in `dtype`."
-    made = {}                                          # tied weights (one parameter in two modules) stay tied
-    def make(p):
-        if id(p) not in made:
-            t = torch.empty(p.shape, dtype=dtype if p.is_floating_point() else p.dtype)
-            made[id(p)] = nn.Parameter(t, requires_grad=p.requires_grad)
-        return made[id(p)]
-    for m in module.modules():
-        for name, p in list(m._parameters.items()):
-            if p is not None: m._parameters[name] = make(p)
-        for name, b in list(m._buffers.items()):
-            if b is not None: m._buffers[name] = torch.empty(b.shape, dtype=b.dtype)
-    return module
-
-# %% ../nbs/05a_plan.ipynb #7a14d582
-class _Heads(nn.Module):
-    "A target's embeddings, final norm and lm_head, answering the accessors the trainer calls."
-    def __init__(self, config, embed_tokens: nn.Module, norm: nn.Module, lm_head: nn.Module):
-        super().__init__()
-        self.config, self.embed_tokens, self.norm, self.lm_head = config, embed_tokens, norm, lm_head
-    def get_input_embeddings(self): return self.embed_tokens
-    def get_output_embeddings(self): return self.lm_head
-    def get_decoder(self): return self
-
-def _target_heads(hf_config, dtype: torch.dtype) -> nn.Module:
-    "The heads of the target of `hf_config` in `dtype`, fake under the active `FakeTensorMode`."
-    with torch.device("meta"): m = AutoModelForCausalLM.from_config(hf_config)
-    heads = _Heads(m.config, m.get_input_embeddings(), m.get_decoder().norm, m.get_output_embeddings())
-    return _materialise(heads, dtype)
-
 # %% ../nbs/05a_plan.ipynb #119ed1b0
 TARGET_LOADS, TARGET_DTYPES = ("heads", "full"), ("auto", "float32", "bfloat16")
 
@@ -253,10 +225,10 @@ def _config_dtype(hf_config) -> torch.dtype:
 def fake_target(hf_config, load: str = "heads", dtype="auto"):
     "The frozen `Target` of `hf_config` (call under a `FakeTensorMode`): its `heads` only or the `full` model."
     dt = _config_dtype(hf_config) if dtype == "auto" else as_dtype(dtype)
-    if load == "heads": model = _target_heads(hf_config, dt)
+    if load == "heads": model = TargetHeads.from_config(hf_config, dt)
     else:
         with torch.device("meta"): model = AutoModelForCausalLM.from_config(hf_config)
-        model = _materialise(model, dt)
+        model = materialise(model, dt)
     return as_target(model, None, "planned", "torch")   # Gated DeltaNet on its torch path: triton needs a GPU
 
 # %% ../nbs/05a_plan.ipynb #245b1dee
@@ -359,11 +331,14 @@ def _choose(name, value, options):
     if value not in options: raise ValueError(f"{name}={value!r} is not one of {options}.")
 
 def resolve_spec(spec: PlanSpec, cfg: TrainConfig) -> PlanSpec:
-    "`spec` with its stage and target load filled in from `cfg`; a ValueError naming a field that cannot be planned."
+    "`spec` with its stage, target load and dtype filled in from `cfg`; a ValueError naming a field that cannot be planned."
     stage = spec.stage or ("online" if cfg.prompts else "train")
     load = spec.target_load or ("full" if stage in ("extract", "online") else "heads")
+    dtype = spec.target_dtype
+    if stage == "online" and dtype == "auto":     # as the trainer loads it: bf16 on a GPU with bf16 on, else float32
+        dtype = "bfloat16" if cfg.bf16 and spec.device == "cuda" else "float32"
     for name, v, options in [("stage", stage, STAGES), ("target_load", load, TARGET_LOADS),
-                             ("target_dtype", spec.target_dtype, TARGET_DTYPES), ("device", spec.device, DEVICES)]:
+                             ("target_dtype", dtype, TARGET_DTYPES), ("device", spec.device, DEVICES)]:
         _choose(name, v, options)
     if stage in ("extract", "online") and load == "heads":
         raise ValueError(f"stage={stage!r} runs the whole target: use target_load='full' (or leave it empty).")
@@ -372,7 +347,7 @@ def resolve_spec(spec: PlanSpec, cfg: TrainConfig) -> PlanSpec:
     if spec.extract_batch < 1: raise ValueError(f"extract_batch={spec.extract_batch} must be >= 1.")
     if cfg.max_len < 2: raise ValueError(f"max_len={cfg.max_len}: a plan needs the longest sequence; set max_len in "
                                          "the config (or dflash-plan --max-len).")
-    return replace(spec, stage=stage, target_load=load)
+    return replace(spec, stage=stage, target_load=load, target_dtype=dtype)
 
 # %% ../nbs/05a_plan.ipynb #fcb8a4b2
 @contextmanager
@@ -632,8 +607,8 @@ def plan(cfg: TrainConfig, hf_config, machine: Machine | None = None, spec: Plan
 def _changes(p: Plan) -> list:
     "Single changes `(what, cfg fields, machine fields, spec fields)` that lower `p`'s peak per rank."
     cfg, m, s, out = p.cfg, p.machine, p.spec, []
-    if s.stage in ("train", "online") and "loss_chunk" in {f.name for f in fields(TrainConfig)} and not cfg.loss_chunk:
-        chunk = TrainConfig().loss_chunk or 64          # the trainer's default chunk (64 anchors if it has none)
+    if s.stage in ("train", "online") and not cfg.loss_chunk:
+        chunk = TrainConfig().loss_chunk                # the trainer's default chunk
         out.append((f"loss_chunk: {chunk}", {"loss_chunk": chunk}, {}, {}))
     if s.stage == "train" and s.target_load == "full":
         out.append(("target heads only", {}, {}, {"target_load": "heads"}))
@@ -685,8 +660,7 @@ _WHAT = {"extract": "extraction (whole target, no grad)", "train": "training fro
          "online": "online training (whole target in the loop)", "eval": "offline evaluation"}
 
 def _loss_chunk(cfg: TrainConfig) -> str:
-    "The config's loss chunk as shown, or '' where the trainer has none."
-    if "loss_chunk" not in {f.name for f in fields(TrainConfig)}: return ""
+    "The config's loss chunk as shown."
     return f", loss_chunk {cfg.loss_chunk or 'off (all anchors at once)'}"
 
 def _count(n: int) -> str: return f"{n / 1e9:.2f}B" if n >= 1e8 else f"{n / 1e6:.2f}M"

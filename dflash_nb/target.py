@@ -22,7 +22,8 @@ __all__ = ['TRANSIENT_CONFIG_KEYS', 'LINEAR_KERNEL_NAMES', 'LINEAR_BACKENDS', 'T
            'CHECKPOINT_PREFIXES', 'config_hash', 'linear_attention_layers', 'resolved_kernel', 'torch_kernels',
            'fla_kernels', 'fla_missing', 'use_linear_kernels', 'linear_kernels', 'resolve_backend',
            'set_linear_backend', 'Target', 'as_target', 'tiny_config', 'tiny_target', 'as_dtype', 'checkpoint_dtype',
-           'load_tokenizer', 'load_target', 'TargetHeads', 'SafetensorsReader', 'checkpoint_names', 'load_target_heads']
+           'load_tokenizer', 'load_target', 'TargetHeads', 'materialise', 'SafetensorsReader', 'checkpoint_names',
+           'load_target_heads']
 
 # %% ../nbs/02_target.ipynb #4dd4c295
 TRANSIENT_CONFIG_KEYS = ("_name_or_path", "transformers_version", "dtype", "torch_dtype", "architectures",
@@ -244,11 +245,19 @@ class TargetHeads(nn.Module):
     def dtype(self) -> torch.dtype: return self.embed_tokens.weight.dtype
 
 # %% ../nbs/02_target.ipynb #c497c3d5
-def _materialise(module: nn.Module, dtype: torch.dtype) -> nn.Module:
-    "`module` with each parameter replaced by a frozen, uninitialised one in `dtype` on the default device."
+def materialise(module: nn.Module, dtype: torch.dtype) -> nn.Module:
+    "`module` (built on the meta device) re-made on the default device, uninitialised and frozen, floating weights in `dtype`."
+    made = {}                                          # tied weights (one parameter in two modules) stay tied
+    def make(p):
+        if id(p) not in made:
+            t = torch.empty(p.shape, dtype=dtype if p.is_floating_point() else p.dtype)
+            made[id(p)] = nn.Parameter(t, requires_grad=False)
+        return made[id(p)]
     for m in module.modules():
-        for n, p in list(m.named_parameters(recurse=False)):
-            m.register_parameter(n, nn.Parameter(torch.empty(p.shape, dtype=dtype), requires_grad=False))
+        for name, p in list(m._parameters.items()):
+            if p is not None: m._parameters[name] = make(p)
+        for name, b in list(m._buffers.items()):
+            if b is not None: m._buffers[name] = torch.empty(b.shape, dtype=b.dtype)
     return module
 
 # %% ../nbs/02_target.ipynb #571e2da9
@@ -272,7 +281,7 @@ def from_config(cls: TargetHeads, hf_config, dtype=torch.float32) -> TargetHeads
     mods, where = _heads_of(lm), {id(m): n for n, m in lm.named_modules()}
     tied = mods["lm_head"].weight is mods["embed_tokens"].weight
     sources = {f"{k}.{n}": f"{where[id(m)]}.{n}" for k, m in mods.items() for n, _ in m.named_parameters()}
-    heads = cls(lm.config, **{k: _materialise(m, as_dtype(dtype)) for k, m in mods.items()}, sources=sources)
+    heads = cls(lm.config, **{k: materialise(m, as_dtype(dtype)) for k, m in mods.items()}, sources=sources)
     if tied: heads.lm_head.weight = heads.embed_tokens.weight
     return heads
 

@@ -37,7 +37,8 @@ __all__ = ['LOSSES', 'SOURCES', 'SCHEDULES', 'PARALLELS', 'INIT_NORMS', 'KINDS',
            'slot_gradients', 'BatchPlan', 'step_seed', 'step_generator', 'online_taps', 'online_data', 'Trainer',
            'HostReads', 'trainer_reads', 'train', 'read_metrics', 'gpu_step_profile', 'check_keys', 'load_train_config',
            'train_parser', 'check_endpoint', 'check_nodes', 'Nodes', 'nodes_from_args', 'relaunch_command',
-           'die_with_parent', 'Ranks', 'start_ranks', 'LostPeerError', 'peer_failure', 'run_ranks', 'train_main']
+           'die_with_parent', 'Ranks', 'start_ranks', 'LostPeerError', 'peer_failure', 'run_ranks', 'check_fits',
+           'train_main']
 
 # %% ../nbs/04a_train.ipynb #52886ac2
 LOSSES, SOURCES, SCHEDULES = ("ce", "kl"), ("auto", "tokens", "final", "deepest_tap"), ("constant", "linear", "cosine")
@@ -449,7 +450,8 @@ class ChunkedRowsLoss(torch.autograd.Function):
             hc = h[:, rows].detach().requires_grad_()
             with torch.enable_grad():
                 s, w, correct, labels = rows_loss(hc, rows)
-                grad[:, rows] = torch.autograd.grad(s, hc)[0]
+                s.backward()              # not autograd.grad: torch's module trackers refuse it on a leaf input
+            grad[:, rows] = hc.grad
             parts.append((s.detach(), w, correct, labels))
         s, w = (torch.stack([p[k] for p in parts]).sum() for k in (0, 1))
         correct, labels = (torch.cat([p[k] for p in parts], 1) for k in (2, 3))
@@ -918,6 +920,8 @@ def train_parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", help="override device (auto, cpu, cuda)")
     ap.add_argument("--dist-timeout", type=float,
                     help=f"s a collective waits for a missing rank, then the run fails (10..86400; {DIST_TIMEOUT:.0f})")
+    ap.add_argument("--no-plan-check", action="store_true",
+                    help="on a GPU, start even when dflash-plan plans the run not to fit (it refuses by default)")
     _add_machine_options(ap)
     return ap
 
@@ -990,6 +994,7 @@ def nodes_from_args(a: argparse.Namespace) -> Nodes:
 
 # %% ../nbs/04a_train.ipynb #46e610d1
 _PASSED_ON = ("out_dir", "steps", "device", "dist_timeout")   # dflash-train options the ranks get as they are
+_FLAGS_PASSED_ON = ("no_plan_check",)
 
 def relaunch_command(a: argparse.Namespace) -> list[str] | None:
     "The torchrun command `dflash-train` hands over to for several processes or machines; None to train in this one."
@@ -1003,6 +1008,7 @@ def relaunch_command(a: argparse.Namespace) -> list[str] | None:
     if nodes.nnodes == 1 and nproc == 1: return None
     from dflash_nb.launch import torchrun_command
     extra = [x for k in _PASSED_ON if (v := getattr(a, k)) is not None for x in ("--" + k.replace("_", "-"), str(v))]
+    extra += ["--" + k.replace("_", "-") for k in _FLAGS_PASSED_ON if getattr(a, k)]
     return torchrun_command(a.config, nproc, extra, nodes)
 
 # %% ../nbs/04a_train.ipynb #de4fdc2b
@@ -1136,12 +1142,21 @@ def run_ranks(cfg: TrainConfig, node: int, timeout: float = DIST_TIMEOUT) -> Pat
         if ranks.world == 1 or not peer_failure(e): raise
         raise ranks.lost(e, f"after step {trainer.step}" if trainer else "while starting") from e
 
+# %% ../nbs/04a_train.ipynb #712aabe2
+def check_fits(cfg: TrainConfig) -> None:
+    "On a GPU, a `PlanError` when `cfg`'s plan for this machine does not fit (first rank of each machine); else nothing."
+    if int(os.environ.get("LOCAL_RANK", "0")) != 0: return
+    if resolve_device(cfg.device).type != "cuda": return
+    from dflash_nb.plan import plan_check               # the planner imports this module: imported when needed
+    plan_check(cfg)
+
 # %% ../nbs/04a_train.ipynb #da72e5c5
 def train_main(argv=None) -> None:
     "Entry point of `dflash-train`: None (exit status 0) after training; a bad config or failed run raises (status 1)."
     a = train_parser().parse_args(argv)
     if cmd := relaunch_command(a): os.execv(cmd[0], cmd)     # several processes or machines: torchrun takes over
     cfg = load_train_config(a.config, out_dir=a.out_dir, steps=a.steps, device=a.device)
+    if not a.no_plan_check: check_fits(cfg)
     if "TORCHELASTIC_RUN_ID" in os.environ: die_with_parent()
     node = int(os.environ.get("GROUP_RANK", "0")) if a.node_rank is None else a.node_rank
     try: ck = run_ranks(cfg, node, DIST_TIMEOUT if a.dist_timeout is None else a.dist_timeout)
