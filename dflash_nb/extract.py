@@ -296,10 +296,10 @@ def _jsonable(x):
 
 # %% ../nbs/03a_extract.ipynb #eee4681d
 def responses_key(target, prompts: list, max_new_tokens: int, chat: bool = True) -> dict:
-    "What a responses file depends on: the prompts (content hash and count), max_new_tokens, the target, chat or raw."
+    "What a responses file depends on: prompts (content hash, count), max_new_tokens, target and its dtype, chat or raw."
     digest = hashlib.sha256(json.dumps(_jsonable(list(prompts)), sort_keys=True).encode()).hexdigest()[:16]
     return dict(prompts=digest, n_prompts=len(prompts), max_new_tokens=max_new_tokens, target=target.config_hash,
-                chat=chat)
+                dtype=str(target.model.dtype).removeprefix("torch."), chat=chat)
 
 def _key_path(path: Path) -> Path: return path.with_name(path.stem + ".key.json")
 
@@ -340,6 +340,8 @@ def _check_unkeyed(path: Path, records: list, target, prompts: list, chat: bool)
     return records
 
 # %% ../nbs/03a_extract.ipynb #96c8ade8
+_KEY_BEFORE = {"dtype": "float32"}   # what older key files leave out: extraction ran in float32 then
+
 def _resume_responses(path: Path, key: dict, target, prompts: list, chat: bool) -> list:
     "The responses in `path` if its key file matches `key` (new key file if none); else an error naming what differs."
     kp = _key_path(path)
@@ -348,6 +350,7 @@ def _resume_responses(path: Path, key: dict, target, prompts: list, chat: bool) 
         return []
     if not kp.exists(): return _check_unkeyed(path, read_responses(path), target, prompts, chat)
     old = json.loads(kp.read_text())
+    old = _KEY_BEFORE | old
     if diff := [f"{k} {old.get(k)!r} in the file, {v!r} now" for k, v in key.items() if old.get(k) != v]:
         raise ValueError(f"{path} was made with other settings ({'; '.join(diff)}): delete {path} and {kp.name} to "
                          "regenerate, or use another --out.")
@@ -408,6 +411,8 @@ def extract_parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch-size", type=int, default=8, help="sequences per forward (default: 8)")
     ap.add_argument("--raw-prompts", action="store_true", help="tokenize prompts as they are, without the tokenizer's "
                     "chat template (base models, or prompts already formatted)")
+    ap.add_argument("--target-dtype", choices=["auto", "float32", "bfloat16"],
+                    help="dtype the target runs in (default: bfloat16 on a GPU, float32 on the CPU; auto: as saved)")
     ap.add_argument("--dtype", choices=sorted(CACHE_DTYPES), default="bfloat16",
                     help="storage dtype (default: bfloat16)")
     ap.add_argument("--no-final", action="store_true",
@@ -422,7 +427,8 @@ def _extract(a) -> Path:
     from dflash_nb.target import load_target
     prompts, out = read_prompt_file(a.prompts), Path(a.out)
     device = "cuda" if a.device == "auto" and torch.cuda.is_available() else "cpu" if a.device == "auto" else a.device
-    target = load_target(a.target, backend=a.backend, device=device)
+    dtype = a.target_dtype or ("bfloat16" if device.startswith("cuda") else "float32")
+    target = load_target(a.target, backend=a.backend, dtype=dtype, device=device)
     out.mkdir(parents=True, exist_ok=True)
     samples = cached_responses(target, prompts, out / "responses.jsonl", a.max_new_tokens, a.batch_size,
                                chat=not a.raw_prompts)
