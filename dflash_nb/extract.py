@@ -477,9 +477,10 @@ def import_parser() -> argparse.ArgumentParser:
 
 # %% ../nbs/03a_extract.ipynb #5afacac2
 def _import(a):
-    from dflash_nb.target import load_target
+    from dflash_nb.target import load_target, load_target_heads
     if a.check and not a.target: raise ValueError("--check needs --target: the live model to re-extract with.")
-    target = load_target(a.target, device="cpu") if a.target else a.target_hash
+    load = (lambda t: load_target(t, device="cpu")) if a.check else (lambda t: load_target_heads(t, dtype="float32"))
+    target = load(a.target) if a.target else a.target_hash           # heads: the fingerprint, depth and final norm
     src = LegacySource(a.src, a.aux_layers, a.last_hidden, a.last_layer, a.prompt_len, a.convention)
     out = import_legacy_pt_cache(src, a.out, target, dtype=CACHE_DTYPES[a.dtype], samples_per_shard=a.samples_per_shard)
     c = HiddenStateCache(out)
