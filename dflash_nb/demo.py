@@ -18,6 +18,7 @@ from .cache import HiddenStateCache, CacheLayout, select_taps
 from .extract import cached_responses, extract_to_cache
 from .train import TrainConfig, train, read_metrics, target_logits
 from .evaluate import offline_tau, comparison_rows, markdown_table, OfflineResult, plot_acceptance
+from .cli import refusals
 
 # %% auto #0
 __all__ = ['STUDY_QUESTIONS', 'DemoConfig', 'quick_demo_config', 'eval_budgets', 'stage_cache', 'stage_train', 'stage_offline',
@@ -339,12 +340,12 @@ def demo_parser() -> argparse.ArgumentParser:
 
 # %% ../nbs/10_demo.ipynb #b2e0d006
 def demo_main(argv=None) -> None:
-    "Entry point of `dflash-demo`: prints the report's path and returns None, so the command exits 0; an error exits 1."
+    "Entry point of `dflash-demo`: prints the report's path (exit 0); a refused input exits 1 with a one-line message."
     a = demo_parser().parse_args(argv)
     cfg = quick_demo_config() if a.quick else DemoConfig()
     if a.steps:
         cfg.steps = a.steps
-    print(f"report: {run_demo(a.out, cfg)}")
+    with refusals("dflash-demo"): print(f"report: {run_demo(a.out, cfg)}")
 
 # %% ../nbs/10_demo.ipynb #e6c8ba4a
 if __name__ == "__main__":

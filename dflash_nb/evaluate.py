@@ -6,7 +6,7 @@ Docs: https://dflash-nb.github.io/dflash_nb/evaluate.html.md"""
 
 # %% ../nbs/06_evaluate.ipynb #0fe5c645
 from __future__ import annotations
-import argparse, heapq, json, sys
+import argparse, heapq, json
 from dataclasses import dataclass, field, asdict
 from itertools import islice
 from pathlib import Path
@@ -18,6 +18,7 @@ from .model import (DFlashDraftModel, ContextCache, param_counts, describe_draft
                              dflash_mask_mod, dense_mask, sdpa_attend)
 from .storage import atomic_write
 from .cache import HiddenStateCache, check_compatible
+from .cli import refusals
 
 # %% auto #0
 __all__ = ['SPANS', 'ROW_BYTES', 'BLOCKS_PER_CALL', 'REPLAY_ROWS', 'SMALL_N', 'SHOW', 'DraftTree', 'build_tree',
@@ -462,11 +463,7 @@ def _evaluate(a: argparse.Namespace) -> list:
     return results
 
 # %% ../nbs/06_evaluate.ipynb #e8583f3e
-def eval_main(argv=None) -> int:
-    "Entry point of `dflash-eval`: 0 on success, 1 with a one-line message when an input is refused."
+def eval_main(argv=None) -> None:
+    "Entry point of `dflash-eval`: None (exit 0) on success; a refused input exits 1 with a one-line message."
     a = eval_parser().parse_args(argv)
-    try: _evaluate(a)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"dflash-eval: error: {e}", file=sys.stderr)
-        return 1
-    return 0
+    with refusals("dflash-eval"): _evaluate(a)

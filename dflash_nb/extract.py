@@ -7,7 +7,7 @@ Docs: https://dflash-nb.github.io/dflash_nb/extract.html.md"""
 
 # %% ../nbs/03a_extract.ipynb #9aab8e74
 from __future__ import annotations
-import argparse, dataclasses, hashlib, json, os, sys, warnings
+import argparse, dataclasses, hashlib, json, os, warnings
 from contextlib import contextmanager
 from pathlib import Path
 import torch
@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 from transformers import GenerationConfig
 from .config import TAP_CONVENTION, hidden_state_index
 from .storage import atomic_write
+from .cli import refusals
 from .cache import (CACHE_DTYPES, LEGACY_LAST, CacheLayout, HiddenStateCache, LegacySource, as_sample,
                              cache_header, check_compatible, check_tap_ids, import_legacy_pt_cache, iter_chunks,
                              select_taps, write_cache)
@@ -384,15 +385,6 @@ def cached_responses(target, prompts: list, path, max_new_tokens: int, batch_siz
             done += new
     return done
 
-# %% ../nbs/03a_extract.ipynb #af889ebe
-@contextmanager
-def _cli_errors(prog: str):
-    "A bad input (ValueError, OSError) ends the command with one line on stderr and exit status 1, no traceback."
-    try: yield
-    except (ValueError, OSError) as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        raise SystemExit(1) from None
-
 # %% ../nbs/03a_extract.ipynb #79b1f9a3
 def extract_parser() -> argparse.ArgumentParser:
     what = ("Regenerate a target's greedy responses to a prompt file and cache its tapped hidden states "
@@ -442,7 +434,7 @@ def _extract(a) -> Path:
 def extract_main(argv=None) -> None:
     "Entry point of `dflash-extract`: None (exit 0) on success; a bad input exits 1 with a one-line message."
     a = extract_parser().parse_args(argv)
-    with _cli_errors("dflash-extract"): _extract(a)
+    with refusals("dflash-extract"): _extract(a)
 
 # %% ../nbs/03a_extract.ipynb #ef18fd2a
 def import_parser() -> argparse.ArgumentParser:
@@ -493,6 +485,6 @@ def _import(a):
 def import_main(argv=None) -> None:
     "Entry point of `dflash-import`: None (exit 0) on success; a bad input exits 1 with a one-line message."
     a = import_parser().parse_args(argv)
-    with _cli_errors("dflash-import"), warnings.catch_warnings():
+    with refusals("dflash-import"), warnings.catch_warnings():
         warnings.simplefilter("always")
         _import(a)

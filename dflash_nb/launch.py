@@ -91,7 +91,8 @@ class Launch:
         return f"Launch({self.out_dir}, pid {self.proc.pid}, {state})"
 
 # %% ../nbs/05_launch.ipynb #722b4058
-_EXCEPTION = re.compile(r"^(\[rank\d+\]: ?)?((?:\w+\.)*\w*(?:Error|Exception|Interrupt)(?::.*|$))")
+_EXCEPTION = re.compile(r"^(\[rank\d+\]: ?)?((?:\w+\.)*\w*(?:Error|Exception|Interrupt)(?::.*|$)"
+                        r"|dflash-[\w-]+: error: .*)")                # or a command's one-line refusal
 
 def failure_cause(lines: list[str]) -> str | None:
     "The last exception line of a rank (`[rankN]: ` dropped), else the last one; torchrun's `ChildFailedError` skipped."

@@ -7,7 +7,6 @@ Docs: https://dflash-nb.github.io/dflash_nb/plan.html.md"""
 # %% ../nbs/05a_plan.ipynb #67a05a88
 from __future__ import annotations
 import argparse, inspect, json, math, os, re, shlex, subprocess, sys, tempfile, warnings
-import yaml
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace, asdict
 from pathlib import Path
@@ -29,6 +28,7 @@ from .train import (TrainConfig, Batch, load_train_config, drafter_config_for, s
                              acceptance_counts)
 from .extract import extract_taps
 from .evaluate import REPLAY_ROWS, BlockDrafts, prompt_contexts, _blocks_per_call
+from .cli import refusals
 
 # %% auto #0
 __all__ = ['GPUS', 'KINDS', 'TARGET_LOADS', 'TARGET_DTYPES', 'STAGES', 'DEVICES', 'STAGE_PLANS', 'HEADER', 'PLAN_LINE', 'GPU',
@@ -445,6 +445,7 @@ def _tracked(tracker, mode, machine: Machine, phases: dict, target: int = 0, buc
     work = {}
     with mode, tracker, warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Module is None")   # a per-module snapshot of a freed module: unused here
+        warnings.filterwarnings("ignore", "FSDP2-wrapped module")   # its view output: the loss reads it, in place never
         resident = sum(d["Total"] for d in tracker.get_tracker_snapshot("current").values())
         for name, fn in phases.items():
             tracker.reset_mod_stats()            # per-module figures are not used; modules may run again
@@ -822,17 +823,13 @@ def _cli_plan(a: argparse.Namespace) -> Plan:
                     a.extract_batch)
     return plan(cfg, hf, m, spec, alternatives=not a.no_alternatives)
 
-def plan_main(argv=None) -> int:
-    "Entry point of `dflash-plan`: prints the plan (exit 0); a bad input prints one line (exit 2)."
+def plan_main(argv=None) -> None:
+    "Entry point of `dflash-plan`: prints the plan (exit 0); a refused input exits 1 with a one-line message."
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = plan_parser()
     a = ap.parse_args(header_args(ap.parse_args(argv).config) + argv)
-    try: p = _cli_plan(a)
-    except (ValueError, FileNotFoundError, yaml.YAMLError) as e:
-        print(f"dflash-plan: error: {e}", file=sys.stderr)
-        return 2
+    with refusals("dflash-plan"): p = _cli_plan(a)
     print(json.dumps(plan_dict(p), indent=1) if a.json else format_plan(p))
-    return 0
 
 # %% ../nbs/05a_plan.ipynb #86a6a881
 def _status_bytes(key: str) -> int:

@@ -7,7 +7,7 @@ Docs: https://dflash-nb.github.io/dflash_nb/recipe_study.html.md"""
 
 # %% ../nbs/12_recipe_study.ipynb #24ba1acc
 from __future__ import annotations
-import argparse, json, math, shutil, statistics, sys, time
+import argparse, json, math, shutil, statistics, time
 from dataclasses import dataclass, field, asdict, fields, replace
 from pathlib import Path
 import yaml
@@ -19,6 +19,7 @@ from .model import DFlashDraftModel
 from .train import TrainConfig, Trainer, read_metrics, check_keys, DRAFTER_KEYS, RESUME_FREE
 from .evaluate import offline_tau, markdown_table
 from .diagnostics import retrofit_fused
+from .cli import refusals
 
 # %% auto #0
 __all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'RETROFIT', 'T95', 'StudyConfig', 'run_dir', 'retrofit_init', 'run_config',
@@ -509,15 +510,11 @@ def study_parser() -> argparse.ArgumentParser:
     return ap
 
 # %% ../nbs/12_recipe_study.ipynb #cbe9e0c5
-def study_main(argv=None) -> int:
-    "Entry point of `dflash-study`: 0 after writing the report; 1 and a message if an input is refused or a run fails."
+def study_main(argv=None) -> None:
+    "Entry point of `dflash-study`: None (exit 0) after writing the report; a refused input or failed run exits 1."
     from dflash_nb.launch import LaunchFailed
     a = study_parser().parse_args(argv)
-    try:
+    with refusals("dflash-study", LaunchFailed):
         sc = load_study_config(a.config, out_dir=a.out_dir)
         path = write_study_report(sc, run_study(sc))
-    except (ValueError, FileNotFoundError, LaunchFailed) as e:
-        print(f"dflash-study: error: {e}", file=sys.stderr)
-        return 1
     print(f"report: {path}")
-    return 0

@@ -25,6 +25,7 @@ from .extract import OnlineHiddenStates, read_prompt_file, cached_responses
 from .checkpoint import (CheckpointState, save_checkpoint, latest_checkpoint, read_training_state,
                                   checkpoint_weights, resume_changes, tensor_digest, whole_weights,
                                   whole_optimizer_state, load_optimizer_state)
+from .cli import refusals
 
 # %% auto #0
 __all__ = ['LOSSES', 'SOURCES', 'SCHEDULES', 'PARALLELS', 'INIT_NORMS', 'KINDS', 'DIST_TIMEOUT', 'SLOT_LOSSES', 'RESUME_FREE',
@@ -1152,16 +1153,17 @@ def check_fits(cfg: TrainConfig) -> None:
 
 # %% ../nbs/04a_train.ipynb #da72e5c5
 def train_main(argv=None) -> None:
-    "Entry point of `dflash-train`: None (exit status 0) after training; a bad config or failed run raises (status 1)."
+    "Entry point of `dflash-train`: None (exit 0) after training; a refused input exits 1 in one line; a failure raises."
     a = train_parser().parse_args(argv)
-    if cmd := relaunch_command(a): os.execv(cmd[0], cmd)     # several processes or machines: torchrun takes over
-    cfg = load_train_config(a.config, out_dir=a.out_dir, steps=a.steps, device=a.device)
-    if not a.no_plan_check: check_fits(cfg)
-    if "TORCHELASTIC_RUN_ID" in os.environ: die_with_parent()
-    node = int(os.environ.get("GROUP_RANK", "0")) if a.node_rank is None else a.node_rank
-    try: ck = run_ranks(cfg, node, DIST_TIMEOUT if a.dist_timeout is None else a.dist_timeout)
-    finally:
-        if dist.is_initialized(): dist.destroy_process_group()
+    with refusals("dflash-train"):
+        if cmd := relaunch_command(a): os.execv(cmd[0], cmd)     # several processes or machines: torchrun takes over
+        cfg = load_train_config(a.config, out_dir=a.out_dir, steps=a.steps, device=a.device)
+        if not a.no_plan_check: check_fits(cfg)
+        if "TORCHELASTIC_RUN_ID" in os.environ: die_with_parent()
+        node = int(os.environ.get("GROUP_RANK", "0")) if a.node_rank is None else a.node_rank
+        try: ck = run_ranks(cfg, node, DIST_TIMEOUT if a.dist_timeout is None else a.dist_timeout)
+        finally:
+            if dist.is_initialized(): dist.destroy_process_group()
     if int(os.environ.get("RANK", "0")) == 0: print(f"last checkpoint: {ck}")
 
 # %% ../nbs/04a_train.ipynb #87b58462
