@@ -26,14 +26,14 @@ random drafter of the same shape whose drafts are replaced by the target's greed
 (the drafter's forward still runs, so its cost is real; τ is set by the schedule, about that of the trained drafter).
 
 Two small tables explain the drafting cost: the time of a block's rows times each matrix of the drafter's step in
-both layouts (`dflash_nb.decode.draft_weights`), and one step with warm caches against one after 64 MB were copied
+both layouts (`DFlashDraftModel.draft_weights`, `dflash_nb.drafting`), and one step with warm caches against one after 64 MB were copied
 (what a verify does to the caches before a round's drafting).
 """
 import argparse, tempfile, time, timeit
 from pathlib import Path
 import torch
 from dflash_nb.config import default_target_layer_ids
-from dflash_nb.decode import (Decoding, accepted_prefix, check_decodable, draft_weights, drop_last_kv, finish_tokens,
+from dflash_nb.decode import (Decoding, accepted_prefix, check_decodable, drop_last_kv, finish_tokens,
                               greedy_generate, speculative_generate, start_decoding, stop_ids)
 from dflash_nb.evaluate import offline_tau
 from dflash_nb.cache import HiddenStateCache, check_compatible, CacheLayout
@@ -253,7 +253,7 @@ def dense_twin(target, drafter):
 
 def layout_rows(drafter, reps: int = 2000) -> list:
     "µs of a block's rows times each matrix `draft_step` uses, stored [out, in] (nn.Linear) and [in, out] (its way)."
-    w, B = draft_weights(drafter), drafter.config.block_size
+    w, B = drafter.draft_weights(), drafter.config.block_size
     mats = {"q|k|v": w.layers[0].qkv, "o": w.layers[0].o, "gate|up": w.layers[0].gate_up, "down": w.layers[0].down,
             "lm_head": w.lm_head}
     rows = []
@@ -267,7 +267,7 @@ def layout_rows(drafter, reps: int = 2000) -> list:
 def step_rows(drafter, steps: int = 200) -> list:
     "Median ms of one `draft_step` (2 pending rows, context 64-200) with warm caches, and after 64 MB are copied."
     n_in, src = drafter.config.fc_in_features, torch.randn(16 * 2 ** 20)
-    w, size = draft_weights(drafter), lambda t: t.numel() * t.element_size()
+    w, size = drafter.draft_weights(), lambda t: t.numel() * t.element_size()
     mats = [drafter.fc.weight, w.lm_head] + [m for l in w.layers for m in (l.qkv, l.o, l.gate_up, l.down)]
     dst, nbytes = torch.empty_like(src), sum(map(size, mats))
     def median_ms(evict: bool) -> float:

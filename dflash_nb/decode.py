@@ -12,24 +12,20 @@ from dataclasses import dataclass, field
 from functools import cached_property, partial
 import torch
 import torch.nn.functional as F
-from fastcore.basics import patch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 from .config import TAP_CONVENTION
-from .model import DFlashDraftModel, ContextCache, rope_cos_sin, dflash_mask_mod, dense_mask, sdpa_attend
-from .model import _need_target
+import dflash_nb.drafting  # noqa: F401 (adds DFlashDraftModel.draft_step, which every round calls)
 from .target import Target, linear_attention_layers
 from .extract import capture_layers, tap_sites, prompt_token_ids, eos_token_ids
 from .evaluate import DraftTree, build_tree, tree_attention_mask, walk_tree
 
 # %% auto #0
 __all__ = ['GDN_FORWARD_UNTIL', 'TargetPass', 'new_cache', 'target_pass', 'clock', 'stop_ids', 'finish_tokens', 'greedy_generate',
-           'Decoding', 'check_gdn_forward', 'check_decodable', 'start_decoding', 'accepted_prefix', 'block_attend',
-           'rope_tables', 'rotate', 'LayerWeights', 'layer_weights', 'DraftWeights', 'draft_weights', 'DraftBuffers',
-           'DraftContext', 'draft_buffers', 'BlockRows', 'block_layer', 'draft_block', 'conv_windows',
-           'delta_rule_tree', 'NodeByNodeMixer', 'node_by_node', 'keep_node_state', 'drop_last_kv', 'rollback',
-           'chain_round', 'tree_inputs', 'keep_kv', 'tree_round', 'speculative_generate', 'decode_comparison',
-           'time_per_token']
+           'Decoding', 'check_gdn_forward', 'check_decodable', 'start_decoding', 'accepted_prefix', 'draft_block',
+           'conv_windows', 'delta_rule_tree', 'NodeByNodeMixer', 'node_by_node', 'keep_node_state', 'drop_last_kv',
+           'rollback', 'chain_round', 'tree_inputs', 'keep_kv', 'tree_round', 'speculative_generate',
+           'decode_comparison', 'time_per_token']
 
 # %% ../nbs/07_decode.ipynb #e5bf587b
 @dataclass
@@ -173,174 +169,6 @@ def start_decoding(target: Target, drafter, prompt_ids) -> tuple[Decoding, float
 def accepted_prefix(drafts: torch.Tensor, target_next: torch.Tensor) -> int:
     "How many leading `drafts` equal the target's greedy tokens `target_next` at the same slots."
     return int((drafts == target_next).int().cumprod(0).sum())
-
-# %% ../nbs/07_decode.ipynb #2980c134
-def block_attend(a, ctx_len: int, block_size: int, device):
-    "SDPA `(q, k, v) -> out` for one block after `ctx_len` context keys, for drafter layer attention `a`."
-    mask = None
-    if a.window is not None or a.causal:
-        mod = dflash_mask_mod(torch.full((1, 1), ctx_len, device=device), ctx_len, block_size, a.window, a.causal)
-        mask = dense_mask(mod, 1, block_size, ctx_len + block_size, device)
-    return sdpa_attend(mask)
-
-# %% ../nbs/07_decode.ipynb #b1c4e7a2
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    "`RMSNorm` of `x` with `weight` (broadcast to `x`) in one fused `F.rms_norm`: equal to float rounding."
-    return weight * F.rms_norm(x.float(), x.shape[-1:], eps=eps).to(x.dtype)
-
-# %% ../nbs/07_decode.ipynb #c7d2a902
-def rope_tables(drafter, n: int, dtype, device) -> tuple:
-    "cos and sign-folded sin [n, head_dim] of positions 0..n-1, in `dtype`, for `rotate`."
-    cos, sin = rope_cos_sin(torch.arange(n, device=device), *drafter.rope(device))
-    half = sin.shape[-1] // 2
-    return cos.to(dtype), torch.cat([-sin[:, :half], sin[:, half:]], -1).to(dtype)
-
-# %% ../nbs/07_decode.ipynb #c7d2a903
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    "`apply_rope`'s rotate-half RoPE of `x` [..., head_dim] with `rope_tables` rows broadcast to it."
-    return x * cos + x.roll(x.shape[-1] // 2, -1) * sin
-
-# %% ../nbs/07_decode.ipynb #7ddb2db9
-def _in_out(w: torch.Tensor) -> torch.Tensor:
-    "`w` [out, in] as the [in, out] matrix of `x @ w`: a contiguous copy on CPU (MKL's fast layout), else a view."
-    return w.t().contiguous() if w.device.type == "cpu" else w.t()
-
-# %% ../nbs/07_decode.ipynb #86c73b04
-@dataclass
-class LayerWeights:
-    "One drafter layer's weights as `block_layer` uses them: [in, out] matrices, q|k|v and gate|up side by side."
-    input_norm: torch.Tensor    # [H]
-    qkv: torch.Tensor           # [H, (heads + 2 kv_heads) * head_dim]
-    qk_norm: torch.Tensor       # [heads + kv_heads, head_dim]: q_norm's weight for each query head, then k_norm's
-    o: torch.Tensor             # [heads * head_dim, H]
-    post_norm: torch.Tensor     # [H]
-    gate_up: torch.Tensor       # [H, 2 * intermediate]
-    down: torch.Tensor          # [intermediate, H]
-    eps: float
-    heads: int
-    kv_heads: int
-    head_dim: int
-
-def layer_weights(layer) -> LayerWeights:
-    "The weights of drafter `layer` (a `DFlashDecoderLayer`) laid out for `block_layer`."
-    a, m = layer.self_attn, layer.mlp
-    for p in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj):
-        if type(p) is not torch.nn.Linear:
-            raise NotImplementedError(f"draft_step reads plain nn.Linear weights, but this drafter layer has a "
-                                      f"projection of type {type(p).__name__}: merge it into nn.Linear first "
-                                      "(PEFT: merge_and_unload()).")
-    stack = lambda *ws: _in_out(torch.cat([w.weight for w in ws]))
-    qk_norm = torch.cat([a.q_norm.weight.expand(a.nh, -1), a.k_norm.weight.expand(a.nkv, -1)])
-    return LayerWeights(layer.input_layernorm.weight, stack(a.q_proj, a.k_proj, a.v_proj), qk_norm,
-                        _in_out(a.o_proj.weight), layer.post_attention_layernorm.weight,
-                        stack(m.gate_proj, m.up_proj), _in_out(m.down_proj.weight), a.q_norm.eps, a.nh, a.nkv, a.hd)
-
-# %% ../nbs/07_decode.ipynb #46394299
-def _stamp(params) -> tuple:
-    "Where each tensor lives and how often it was written in place (inference tensors keep no count)."
-    return tuple((p.data_ptr(), 0 if p.is_inference() else p._version) for p in params)
-
-@dataclass
-class DraftWeights:
-    "A drafter's weights laid out for `draft_step` (see `draft_weights`), and the parameters they were made from."
-    layers: list                # LayerWeights per drafter layer
-    lm_head: torch.Tensor       # [H, V] the target's lm_head
-    sources: tuple              # the drafter's parameters
-    stamp: tuple                # their `_stamp` then
-    def unchanged(self) -> bool: return _stamp(self.sources) == self.stamp
-
-def draft_weights(drafter: DFlashDraftModel) -> DraftWeights:
-    "The drafter's `DraftWeights`: kept on it, made again once its parameters are other tensors, moved or written."
-    params, got = tuple(drafter.parameters()), drafter.__dict__.get("_draft_weights")
-    if got is None or tuple(map(id, got.sources)) != tuple(map(id, params)) or not got.unchanged():
-        _need_target(drafter)
-        with torch.no_grad():
-            got = DraftWeights([layer_weights(l) for l in drafter.layers], _in_out(drafter.lm_head.weight), params,
-                               _stamp(params))
-        drafter.__dict__["_draft_weights"] = got
-    return got
-
-# %% ../nbs/07_decode.ipynb #c7d2a910
-@dataclass
-class DraftBuffers:
-    "What one decode's drafter steps share (see `draft_buffers`); positions < `filled` of `k`, `v` are the context."
-    k: list                 # per layer [1, kv_heads, capacity, head_dim], written in place round after round
-    v: list
-    cos: torch.Tensor       # [capacity, head_dim] `rope_tables` of every position
-    sin: torch.Tensor
-    masks: torch.Tensor     # [1, B-1, H] the block's MASK embeddings
-    drafter: DFlashDraftModel
-    weights: DraftWeights   # the drafter's, when the buffers were made
-    filled: int = 0
-    @property
-    def capacity(self) -> int: return self.cos.shape[0]
-
-# %% ../nbs/07_decode.ipynb #c7d2a906
-@dataclass
-class DraftContext(ContextCache):
-    "A `ContextCache` whose K/V are views of `buffers`, after which the next `draft_step` writes in place."
-    buffers: DraftBuffers | None = None
-
-# %% ../nbs/07_decode.ipynb #c7d2a907
-def _grown(t: torch.Tensor, n: int) -> torch.Tensor:
-    "A [N, heads, n, head_dim] buffer whose first positions hold `t` [N, heads, T, head_dim]."
-    out = t.new_empty(*t.shape[:2], n, t.shape[3])
-    out[:, :, :t.shape[2]] = t
-    return out
-
-def draft_buffers(drafter: DFlashDraftModel, context: ContextCache, need: int) -> DraftBuffers:
-    "`context`'s buffers if they are `drafter`'s, unchanged, hold `need` positions and end at `context`, else new ones."
-    buf = getattr(context, "buffers", None)
-    if (buf is not None and buf.drafter is drafter and buf.weights.unchanged() and buf.filled == context.length
-            and need <= buf.capacity): return buf
-    k0, n, weights = context.kv[0][0], 2 * need, draft_weights(drafter)
-    masks = drafter.embed_blocks(torch.zeros(1, dtype=torch.long, device=drafter.embed_tokens.weight.device))
-    return DraftBuffers([_grown(k, n) for k, _ in context.kv], [_grown(v, n) for _, v in context.kv],
-                        *rope_tables(drafter, n, k0.dtype, k0.device), masks[:, 1:].to(k0.device), drafter, weights,
-                        context.length)
-
-# %% ../nbs/07_decode.ipynb #c7d2a909
-@dataclass
-class BlockRows:
-    "The rows one drafter step adds at positions `start`..: the new context [1, t, H], then the block; their RoPE."
-    new_h: torch.Tensor     # the pending taps, fused
-    start: int
-    cos: torch.Tensor       # [t + B, 1, head_dim] `rope_tables` rows of positions start..start+t+B-1
-    sin: torch.Tensor
-
-# %% ../nbs/07_decode.ipynb #c7d2a90a
-def block_layer(w: LayerWeights, x: torch.Tensor, rows: BlockRows, kv: tuple, attend):
-    "One drafter layer (weights `w`) on block `x` [1, B, H]; writes the K/V of `rows` into its buffers `kv` = (K, V)."
-    (k, v), B, nqk = kv, x.shape[1], w.heads + w.kv_heads
-    hs = torch.cat([rows.new_h, _rms(x, w.input_norm, w.eps)], 1)[0]      # [T, H]: new context rows, block rows
-    end = rows.start + hs.shape[0]
-    qkv = (hs @ w.qkv).view(hs.shape[0], -1, w.head_dim)                  # [T, heads + 2 kv_heads, head_dim]
-    qk = rotate(_rms(qkv[:, :nqk], w.qk_norm, w.eps), rows.cos, rows.sin)
-    k[0, :, rows.start:end] = qk[:, w.heads:].transpose(0, 1)
-    v[0, :, rows.start:end] = qkv[:, nqk:].transpose(0, 1)
-    o = attend(qk[-B:, :w.heads].transpose(0, 1)[None], k[:, :, :end], v[:, :, :end])   # the block's queries only
-    x = x + o.transpose(1, 2).reshape(B, -1) @ w.o
-    gate, up = (_rms(x, w.post_norm, w.eps) @ w.gate_up).chunk(2, -1)
-    return x + (F.silu(gate) * up) @ w.down
-
-# %% ../nbs/07_decode.ipynb #590205de
-@patch
-def draft_step(self: DFlashDraftModel, anchor: torch.Tensor, context: ContextCache, taps: torch.Tensor):
-    "Append fc taps [1, t, n_fc*H] to `context` and draft the block at token `anchor` [1]: (logits [B-1, V], context)."
-    c, start, p = self.config, context.length, context.length + taps.shape[1]
-    end = p + c.block_size
-    self.check_positions(end - 1)
-    with torch.inference_mode():                   # less per-op bookkeeping than no_grad
-        buf = draft_buffers(self, context, end)
-        w = buf.weights
-        rows = BlockRows(self.fuse_context(taps), start, buf.cos[start:end, None], buf.sin[start:end, None])
-        x = torch.cat([self.embed_tokens(anchor)[None].to(buf.masks.dtype), buf.masks], 1)
-        for lw, k, v, a in zip(w.layers, buf.k, buf.v, c.layer_attention):
-            x = block_layer(lw, x, rows, (k, v), block_attend(a, p, c.block_size, x.device))
-        buf.filled = p
-        kv = [(k[:, :, :p], v[:, :, :p]) for k, v in zip(buf.k, buf.v)]
-        h = _rms(x[0, 1:], self.norm.weight, self.norm.eps)
-        return h.to(w.lm_head.dtype) @ w.lm_head, DraftContext(kv, p, buf)
 
 # %% ../nbs/07_decode.ipynb #3f201ecd
 def draft_block(s: Decoding) -> torch.Tensor:

@@ -14,18 +14,18 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 from .config import ATTENTION_MODES
-from .model import (DFlashDraftModel, ContextCache, param_counts, describe_drafter, rope_cos_sin,
-                             dflash_mask_mod, dense_mask, sdpa_attend)
+from .model import DFlashDraftModel, ContextCache, param_counts, describe_drafter
+from .drafting import BlockDrafts
 from .storage import atomic_write
 from .cache import HiddenStateCache, check_compatible
 from .cli import refusals
 
 # %% auto #0
 __all__ = ['SPANS', 'ROW_BYTES', 'BLOCKS_PER_CALL', 'REPLAY_ROWS', 'SMALL_N', 'SHOW', 'DraftTree', 'build_tree',
-           'tree_attention_mask', 'walk_tree', 'accept_chain', 'accept_tree', 'replay', 'fused_kv', 'pad_stack',
-           'prompt_contexts', 'BlockDrafts', 'AnchorDrafts', 'anchor_drafts', 'replay_prompts', 'OfflineResult',
-           'round_acceptance', 'offline_result', 'offline_tau_many', 'offline_tau', 'comparison_rows', 'markdown_table',
-           'wilson_interval', 'plot_acceptance', 'load_drafters', 'compare', 'eval_parser', 'eval_main']
+           'tree_attention_mask', 'walk_tree', 'accept_chain', 'accept_tree', 'replay', 'pad_stack', 'prompt_contexts',
+           'AnchorDrafts', 'anchor_drafts', 'replay_prompts', 'OfflineResult', 'round_acceptance', 'offline_result',
+           'offline_tau_many', 'offline_tau', 'comparison_rows', 'markdown_table', 'wilson_interval', 'plot_acceptance',
+           'load_drafters', 'compare', 'eval_parser', 'eval_main']
 
 # %% ../nbs/06_evaluate.ipynb #059420d6
 @dataclass
@@ -119,13 +119,6 @@ def _start(loss_mask) -> int | None:
     on = torch.nonzero(loss_mask).flatten()
     return int(on[0]) if len(on) else None
 
-# %% ../nbs/06_evaluate.ipynb #12aca917
-def fused_kv(model: DFlashDraftModel, h: torch.Tensor) -> ContextCache:
-    "Every layer's context K/V of fused contexts `h` [N, T, H] at positions 0..T-1, as one `ContextCache`."
-    pos = torch.arange(h.shape[1], device=h.device).expand(h.shape[0], -1)
-    cos, sin = rope_cos_sin(pos, *model.rope(h.device))
-    return ContextCache([layer.self_attn.project_kv(h, cos, sin) for layer in model.layers], h.shape[1])
-
 # %% ../nbs/06_evaluate.ipynb #72335055
 def pad_stack(xs, value=0) -> torch.Tensor:
     "Tensors [T_i, ...] padded with `value` along dim 0 to the longest and stacked: [N, T_max, ...]."
@@ -134,38 +127,7 @@ def pad_stack(xs, value=0) -> torch.Tensor:
 @torch.no_grad()
 def prompt_contexts(model: DFlashDraftModel, taps: list) -> ContextCache:
     "The context K/V of whole prompts from their fc taps [T_i, n_fc*H], padded to the longest: one row per prompt."
-    return fused_kv(model, model.fuse_context(pad_stack(taps).to(model.device)))
-
-# %% ../nbs/06_evaluate.ipynb #d3d4f9ad
-class BlockDrafts:
-    "Blocks at `anchors` [n] (`tokens`) over `ctx` rows `rows`; the last layer runs in `hidden`, where asked."
-    def __init__(self, model: DFlashDraftModel, ctx: ContextCache, rows: torch.Tensor, tokens: torch.Tensor,
-                 anchors: torch.Tensor):
-        c, dev, n = model.config, model.device, len(rows)
-        B, L = c.block_size, int(anchors.max())          # keys past a row's own anchor are masked
-        model.check_positions(L + B - 1)
-        kv = [(k[rows.to(dev), :, :L], v[rows.to(dev), :, :L]) for k, v in ctx.kv]
-        a = anchors.to(dev)[:, None]
-        self.rope = rope_cos_sin(a + torch.arange(B, device=dev), *model.rope(dev))
-        masks = {k: dense_mask(dflash_mask_mod(a, L, B, k.window, k.causal), n, B, L + B, dev)
-                 for k in set(c.layer_attention)}
-        x = model.embed_blocks(tokens.to(dev))
-        for layer, layer_kv, k in zip(model.layers[:-1], kv, c.layer_attention):
-            x = layer(x, layer_kv, *self.rope, sdpa_attend(masks[k]))
-        last = model.layers[-1]
-        self.h = last.input_layernorm(x)
-        k, v = last.self_attn.project_kv(self.h, *self.rope)
-        self.model, self.x, self.mask = model, x, masks[c.layer_attention[-1]]
-        self.kv = torch.cat([kv[-1][0], k], 2), torch.cat([kv[-1][1], v], 2)
-
-    def hidden(self, sel, lo: int, hi: int | None) -> torch.Tensor:
-        "Final hidden states [n_sel, hi-lo, H] of draft slots lo..hi-1 (block slots lo+1..hi) of blocks `sel` or all."
-        layer, pick = self.model.layers[-1], (lambda t: t) if sel is None else (lambda t: t[sel])
-        attn, s = layer.self_attn, slice(lo + 1, None if hi is None else hi + 1)
-        q = attn.query(pick(self.h)[:, s], *(pick(t)[:, s] for t in self.rope))
-        o = sdpa_attend(pick(self.mask)[:, :, s])(q, *map(pick, self.kv))
-        x = pick(self.x)[:, s] + attn.o_proj(o.transpose(1, 2).flatten(2))
-        return self.model.norm(x + layer.mlp(layer.post_attention_layernorm(x)))
+    return model.project_context(model.fuse_context(pad_stack(taps).to(model.device)))
 
 # %% ../nbs/06_evaluate.ipynb #237523cf
 SPANS = ((0, 1), (1, 3), (3, 7), (7, None))     # chain slots scored together: rows go on while all were right
@@ -220,7 +182,7 @@ def anchor_drafts(model: DFlashDraftModel, ctx: ContextCache, input_ids: list, a
     ids = F.pad(pad_stack([input_ids[i] for i in used], -1), (0, B), value=-1)   # -1 past each sequence's end
     r = torch.tensor([used[i] for i in rows.tolist()])
     truths = ids[r[:, None], p[:, None] + torch.arange(1, B)]
-    blocks = BlockDrafts(model, ctx, rows, ids[r, p], p)
+    blocks = model.block_drafts(ctx, rows, ids[r, p], p)
     accepts = _chain_accepts(model, blocks.hidden, truths).tolist() if chain else []
     return AnchorDrafts({a: j for j, a in enumerate(anchors)}, blocks, truths, accepts)
 

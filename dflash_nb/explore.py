@@ -10,7 +10,7 @@ import io, time
 from dataclasses import dataclass
 import torch
 from .cache import HiddenStateCache, select_taps
-from .evaluate import offline_result, plot_acceptance, pad_stack, fused_kv, replay_prompts
+from .evaluate import offline_result, plot_acceptance, pad_stack, replay_prompts
 from .diagnostics import fc_report, plot_fc_report
 
 # %% auto #0
@@ -58,7 +58,7 @@ def scaled_tau(model, inputs: TapInputs, scales: dict, rows=None, name: str = "d
     ids, starts = [inputs.input_ids[i] for i in rows], [inputs.starts[i] for i in rows]
     s = torch.cat([torch.full((c.hidden_size,), float(scales.get(t, 1.0))) for t in c.fc_layer_ids])
     taps = inputs.taps[rows, :max(map(len, ids), default=0)]
-    ctx = fused_kv(model, model.fuse_context(taps * s.to(taps.device, taps.dtype)))
+    ctx = model.project_context(model.fuse_context(taps * s.to(taps.device, taps.dtype)))
     return offline_result(model, name, replay_prompts(model, ids, ctx, starts), ())
 
 # %% ../nbs/09_explore_taps.ipynb #69c94565

@@ -20,21 +20,23 @@ from .config import DFlashConfig, read_hub_config, fc_tap_ids
 from .storage import atomic_write
 
 # %% auto #0
-__all__ = ['ATTN_IMPLS', 'SHARED_PREFIXES', 'RMSNorm', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope', 'SwiGLU', 'dflash_mask_mod',
-           'dense_mask', 'sdpa_attend', 'make_attend', 'DFlashAttention', 'FusedContext', 'DFlashDecoderLayer',
-           'DFlashDraftModel', 'ContextCache', 'per_anchor_logits', 'drafter_state_dict', 'read_drafter_tensors',
-           'infer_fusion', 'hub_drafter_config', 'describe_drafter', 'param_counts']
+__all__ = ['ATTN_IMPLS', 'SHARED_PREFIXES', 'rms_norm', 'RMSNorm', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope', 'SwiGLU',
+           'dflash_mask_mod', 'dense_mask', 'sdpa_attend', 'make_attend', 'DFlashAttention', 'FusedContext',
+           'DFlashDecoderLayer', 'DFlashDraftModel', 'ContextCache', 'per_anchor_logits', 'drafter_state_dict',
+           'read_drafter_tensors', 'infer_fusion', 'hub_drafter_config', 'describe_drafter', 'param_counts']
+
+# %% ../nbs/01_model.ipynb #a1d0c001
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    "Qwen3 RMSNorm of `x` [..., D]: normalise in float32 (one fused `F.rms_norm`), scale by `weight` in `x`'s dtype."
+    return weight * F.rms_norm(x.float(), x.shape[-1:], eps=eps).to(x.dtype)
 
 # %% ../nbs/01_model.ipynb #deb5023f
 class RMSNorm(nn.Module):
-    "Qwen3 RMSNorm: normalise in float32, scale by `weight` in the input dtype."
+    "`rms_norm` with a learned `weight`."
     def __init__(self, dim: int, eps: float = 1e-6):
         super().__init__()
         self.weight, self.eps = nn.Parameter(torch.ones(dim)), eps
-    def forward(self, x):
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
+    def forward(self, x): return rms_norm(x, self.weight, self.eps)
 
 # %% ../nbs/01_model.ipynb #184fabfa
 def rope_inv_freq(c: DFlashConfig) -> tuple[torch.Tensor, float]:
@@ -49,17 +51,16 @@ def rope_inv_freq(c: DFlashConfig) -> tuple[torch.Tensor, float]:
 
 # %% ../nbs/01_model.ipynb #2993a923
 def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, scale: float = 1.0):
-    "cos/sin tables [..., T, head_dim] for integer `positions` [..., T]."
+    "cos and sign-folded sin tables [..., T, head_dim] for integer `positions` [..., T] (see `apply_rope`)."
     f = positions[..., None].float() * inv_freq.to(positions.device)
     emb = torch.cat([f, f], -1)
-    return emb.cos() * scale, emb.sin() * scale
+    cos, sin = emb.cos() * scale, emb.sin() * scale
+    return cos, torch.cat([-sin[..., :f.shape[-1]], sin[..., f.shape[-1]:]], -1)
 
 # %% ../nbs/01_model.ipynb #9ea54594
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    "Rotate `x` [B, heads, T, D] by tables [B, T, D] (rotate-half convention)."
-    x1, x2 = x.chunk(2, -1)
-    cos, sin = cos[:, None].to(x.dtype), sin[:, None].to(x.dtype)
-    return x * cos + torch.cat([-x2, x1], -1) * sin
+    "Rotate `x` [..., head_dim] by `rope_cos_sin` tables broadcast to it (rotate-half convention)."
+    return x * cos.to(x.dtype) + x.roll(x.shape[-1] // 2, -1) * sin.to(x.dtype)
 
 # %% ../nbs/01_model.ipynb #b722129c
 class SwiGLU(nn.Module):
@@ -154,21 +155,28 @@ class DFlashAttention(nn.Module):
         self.q_norm, self.k_norm = RMSNorm(hd, c.rms_norm_eps), RMSNorm(hd, c.rms_norm_eps)
 
     def _heads(self, x, n): return x.view(*x.shape[:2], n, self.hd).transpose(1, 2)
+    def _rope(self, x, cos, sin): return apply_rope(x, cos[:, None], sin[:, None])   # tables [N, T, D] to all heads
 
     def project_kv(self, x, cos, sin):
         "Keys (normed, rotated) and values [N, kv_heads, T, head_dim] of hidden states `x` [N, T, H]."
-        k = apply_rope(self.k_norm(self._heads(self.k_proj(x), self.nkv)), cos, sin)
+        k = self._rope(self.k_norm(self._heads(self.k_proj(x), self.nkv)), cos, sin)
         return k, self._heads(self.v_proj(x), self.nkv)
 
     def query(self, x, cos, sin):
         "Queries (normed, rotated) [N, heads, T, head_dim] of hidden states `x` [N, T, H]."
-        return apply_rope(self.q_norm(self._heads(self.q_proj(x), self.nh)), cos, sin)
+        return self._rope(self.q_norm(self._heads(self.q_proj(x), self.nh)), cos, sin)
+
+    def block_kv(self, x, ctx_kv, cos, sin):
+        "The keys and values the block `x` [N, T, H] attends to: the context's `ctx_kv`, then its own."
+        k, v = self.project_kv(x, cos, sin)
+        return torch.cat([ctx_kv[0], k], 2), torch.cat([ctx_kv[1], v], 2)
+
+    def read(self, x, kv, cos, sin, attend):
+        "The output [N, T, H] of queries of `x` [N, T, H] over `kv` (from `block_kv`, maybe of more rows of `x`)."
+        return self.o_proj(attend(self.query(x, cos, sin), *kv).transpose(1, 2).flatten(2))
 
     def forward(self, x, ctx_kv, cos, sin, attend):
-        q = self.query(x, cos, sin)
-        k, v = self.project_kv(x, cos, sin)
-        o = attend(q, torch.cat([ctx_kv[0], k], 2), torch.cat([ctx_kv[1], v], 2))
-        return self.o_proj(o.transpose(1, 2).reshape(*x.shape[:2], -1))
+        return self.read(x, self.block_kv(x, ctx_kv, cos, sin), cos, sin, attend)
 
 # %% ../nbs/01_model.ipynb #6e92479f
 @dataclass
@@ -186,11 +194,21 @@ class DFlashDecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.self_attn, self.mlp = DFlashAttention(c), SwiGLU(c.hidden_size, c.intermediate_size)
+
+    def keys(self, x, ctx, cos, sin):
+        "(normed block, keys and values it attends to) of block `x`; `ctx` as in `forward`."
+        kv = self.self_attn.project_kv(ctx.h, ctx.cos, ctx.sin) if isinstance(ctx, FusedContext) else ctx
+        h = self.input_layernorm(x)
+        return h, self.self_attn.block_kv(h, kv, cos, sin)
+
+    def finish(self, x, h, kv, cos, sin, attend):
+        "The layer's output for rows `x` of a block (normed: `h`) over the `keys` of the whole block."
+        x = x + self.self_attn.read(h, kv, cos, sin, attend)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
     def forward(self, x, ctx, cos, sin, attend):
         "`ctx`: this layer's context (keys, values), or a `FusedContext` to project them from."
-        kv = self.self_attn.project_kv(ctx.h, ctx.cos, ctx.sin) if isinstance(ctx, FusedContext) else ctx
-        x = x + self.self_attn(self.input_layernorm(x), kv, cos, sin, attend)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        return self.finish(x, *self.keys(x, ctx, cos, sin), cos, sin, attend)
 
 # %% ../nbs/01_model.ipynb #8e11f987
 SHARED_PREFIXES = ("embed_tokens.", "lm_head.")
@@ -270,15 +288,22 @@ def fused_context(self: DFlashDraftModel, taps: torch.Tensor, start: int = 0) ->
     pos = torch.arange(start, start + h.shape[1], device=h.device).expand(h.shape[0], -1)
     return FusedContext(h, *rope_cos_sin(pos, *self.rope(h.device)))
 
+# %% ../nbs/01_model.ipynb #a1d0c005
+@patch
+def project_context(self: DFlashDraftModel, h: torch.Tensor, start: int = 0) -> ContextCache:
+    "Every layer's context K/V of fused contexts `h` [N, T, H] at positions `start`.., as one `ContextCache`."
+    pos = torch.arange(start, start + h.shape[1], device=h.device).expand(h.shape[0], -1)
+    cos, sin = rope_cos_sin(pos, *self.rope(h.device))
+    return ContextCache([l.self_attn.project_kv(h, cos, sin) for l in self.layers], start + h.shape[1])
+
 # %% ../nbs/01_model.ipynb #fdae5a56
 @patch
 def extend_context(self: DFlashDraftModel, taps: torch.Tensor, cache: ContextCache | None = None) -> ContextCache:
     "A cache holding `cache`'s context followed by fc taps [N, T, n_fc*H] at the next positions."
-    start = cache.length if cache else 0
-    f = self.fused_context(taps, start)
-    kv = [l.self_attn.project_kv(f.h, f.cos, f.sin) for l in self.layers]
-    if cache: kv = [(torch.cat([k0, k], 2), torch.cat([v0, v], 2)) for (k0, v0), (k, v) in zip(cache.kv, kv)]
-    return ContextCache(kv, start + f.h.shape[1])
+    new = self.project_context(self.fuse_context(taps), cache.length if cache else 0)
+    if not cache: return new
+    return ContextCache([(torch.cat([k0, k], 2), torch.cat([v0, v], 2)) for (k0, v0), (k, v) in zip(cache.kv, new.kv)],
+                        new.length)
 
 # %% ../nbs/01_model.ipynb #97db7b85
 @patch
@@ -291,8 +316,10 @@ def block_ids(self: DFlashDraftModel, anchor_tokens: torch.Tensor) -> torch.Tens
     return out
 
 # %% ../nbs/01_model.ipynb #3e56660b
-def _need_target(model):
-    if model.embed_tokens is None or model.lm_head is None:
+@patch
+def check_target(self: DFlashDraftModel):
+    "Refuse to draft without the target's embeddings and lm_head, naming the two ways to attach them."
+    if self.embed_tokens is None or self.lm_head is None:
         raise ValueError("This drafter has no target embeddings or lm_head (it was loaded without target_model), so "
                          "it cannot draft: load it with "
                          "DFlashDraftModel.from_pretrained(path, target_model=target.model) "
@@ -302,14 +329,14 @@ def _need_target(model):
 @patch
 def embed_blocks(self: DFlashDraftModel, anchor_tokens: torch.Tensor) -> torch.Tensor:
     "The target's embeddings of the blocks at `anchor_tokens` [...], in the drafter's dtype: [..., block_size, H]."
-    _need_target(self)
+    self.check_target()
     return self.embed_tokens(self.block_ids(anchor_tokens)).to(self.fc.weight.dtype)
 
 # %% ../nbs/01_model.ipynb #05eca836
 @patch
 def logits(self: DFlashDraftModel, h: torch.Tensor) -> torch.Tensor:
     "The target's lm_head on drafter hidden states `h` [..., H] as one [rows, H] product, in the lm_head's dtype."
-    _need_target(self)
+    self.check_target()
     x = h.to(self.lm_head.weight.dtype)          # the target is never cast
     return self.lm_head(x.reshape(-1, x.shape[-1])).unflatten(0, x.shape[:-1])
 
