@@ -27,8 +27,9 @@ __all__ = ['ATTN_IMPLS', 'SHARED_PREFIXES', 'rms_norm', 'RMSNorm', 'rope_inv_fre
 
 # %% ../nbs/01_model.ipynb #a1d0c001
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    "Qwen3 RMSNorm of `x` [..., D]: normalise in float32 (one fused `F.rms_norm`), scale by `weight` in `x`'s dtype."
-    return weight * F.rms_norm(x.float(), x.shape[-1:], eps=eps).to(x.dtype)
+    "Qwen3 RMSNorm of `x` [..., D]: normalise in float32, scale by `weight` (broadcast to `x`) in `x`'s dtype."
+    h = x.float()
+    return weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 # %% ../nbs/01_model.ipynb #deb5023f
 class RMSNorm(nn.Module):
@@ -171,12 +172,13 @@ class DFlashAttention(nn.Module):
         k, v = self.project_kv(x, cos, sin)
         return torch.cat([ctx_kv[0], k], 2), torch.cat([ctx_kv[1], v], 2)
 
-    def read(self, x, kv, cos, sin, attend):
-        "The output [N, T, H] of queries of `x` [N, T, H] over `kv` (from `block_kv`, maybe of more rows of `x`)."
-        return self.o_proj(attend(self.query(x, cos, sin), *kv).transpose(1, 2).flatten(2))
+    def read(self, q, kv, attend):
+        "The output [N, T, H] of queries `q` (from `query`) over `kv` (from `block_kv`, maybe of more rows)."
+        return self.o_proj(attend(q, *kv).transpose(1, 2).flatten(2))
 
     def forward(self, x, ctx_kv, cos, sin, attend):
-        return self.read(x, self.block_kv(x, ctx_kv, cos, sin), cos, sin, attend)
+        q = self.query(x, cos, sin)      # before the keys: autograd then sums x's gradient in this order
+        return self.read(q, self.block_kv(x, ctx_kv, cos, sin), attend)
 
 # %% ../nbs/01_model.ipynb #6e92479f
 @dataclass
@@ -195,20 +197,26 @@ class DFlashDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.self_attn, self.mlp = DFlashAttention(c), SwiGLU(c.hidden_size, c.intermediate_size)
 
+    def context_kv(self, ctx):
+        "This layer's context keys and values: `ctx` itself, or projected from a `FusedContext`."
+        return self.self_attn.project_kv(ctx.h, ctx.cos, ctx.sin) if isinstance(ctx, FusedContext) else ctx
+
+    def feed_forward(self, x): return x + self.mlp(self.post_attention_layernorm(x))
+
+    def forward(self, x, ctx, cos, sin, attend):
+        "`ctx`: this layer's context (keys, values), or a `FusedContext` to project them from."
+        kv = self.context_kv(ctx)
+        return self.feed_forward(x + self.self_attn(self.input_layernorm(x), kv, cos, sin, attend))
+
     def keys(self, x, ctx, cos, sin):
         "(normed block, keys and values it attends to) of block `x`; `ctx` as in `forward`."
-        kv = self.self_attn.project_kv(ctx.h, ctx.cos, ctx.sin) if isinstance(ctx, FusedContext) else ctx
+        kv = self.context_kv(ctx)
         h = self.input_layernorm(x)
         return h, self.self_attn.block_kv(h, kv, cos, sin)
 
     def finish(self, x, h, kv, cos, sin, attend):
-        "The layer's output for rows `x` of a block (normed: `h`) over the `keys` of the whole block."
-        x = x + self.self_attn.read(h, kv, cos, sin, attend)
-        return x + self.mlp(self.post_attention_layernorm(x))
-
-    def forward(self, x, ctx, cos, sin, attend):
-        "`ctx`: this layer's context (keys, values), or a `FusedContext` to project them from."
-        return self.finish(x, *self.keys(x, ctx, cos, sin), cos, sin, attend)
+        "`forward`'s output for rows `x` of a block (normed: `h`) over `keys` of the whole block: its last part."
+        return self.feed_forward(x + self.self_attn.read(self.self_attn.query(h, cos, sin), kv, attend))
 
 # %% ../nbs/01_model.ipynb #8e11f987
 SHARED_PREFIXES = ("embed_tokens.", "lm_head.")
