@@ -23,9 +23,9 @@ from .cli import refusals
 # %% auto #0
 __all__ = ['SPANS', 'ROW_BYTES', 'BLOCKS_PER_CALL', 'REPLAY_ROWS', 'SMALL_N', 'SHOW', 'DraftTree', 'build_tree',
            'tree_attention_mask', 'walk_tree', 'accept_chain', 'accept_tree', 'replay', 'pad_stack', 'prompt_contexts',
-           'AnchorDrafts', 'anchor_drafts', 'replay_prompts', 'OfflineResult', 'round_acceptance', 'offline_result',
-           'offline_tau_many', 'offline_tau', 'comparison_rows', 'markdown_table', 'wilson_interval', 'plot_acceptance',
-           'load_drafters', 'compare', 'eval_parser', 'eval_main']
+           'blocks_per_call', 'AnchorDrafts', 'anchor_drafts', 'replay_prompts', 'OfflineResult', 'round_acceptance',
+           'offline_result', 'offline_tau_many', 'offline_tau', 'comparison_rows', 'markdown_table', 'wilson_interval',
+           'plot_acceptance', 'load_drafters', 'compare', 'eval_parser', 'eval_main']
 
 # %% ../nbs/06_evaluate.ipynb #059420d6
 @dataclass
@@ -160,7 +160,7 @@ def _tree_accepts(model: DFlashDraftModel, h: torch.Tensor, asks: list) -> list[
 ROW_BYTES = 2 ** 28        # the logits (or gathered context K/V) of one batched call stay under this size
 BLOCKS_PER_CALL = 128      # blocks drafted per call: the context K/V they gather stays cache-sized
 
-def _blocks_per_call(model: DFlashDraftModel, ctx: ContextCache) -> int:
+def blocks_per_call(model: DFlashDraftModel, ctx: ContextCache) -> int:
     "Blocks drafted per call: at most `BLOCKS_PER_CALL`, and their logits and context K/V copies fit in `ROW_BYTES`."
     kv = sum(2 * k[0].numel() * k.element_size() for k, _ in ctx.kv)
     return max(1, min(BLOCKS_PER_CALL, ROW_BYTES // max(4 * model.config.block_size * model.config.vocab_size, kv)))
@@ -205,7 +205,7 @@ def replay_prompts(model: DFlashDraftModel, input_ids: list, ctx: ContextCache, 
     B, T = model.config.block_size, [len(x) for x in input_ids]
     todo = [(b, i) for b in range(len(budgets)) for i in range(len(input_ids))]
     pos, rounds = {s: starts[s[1]] for s in todo}, {s: [] for s in todo}
-    width = max(1, _blocks_per_call(model, ctx) // max(1, len(input_ids)))   # anchors per row and call
+    width = max(1, blocks_per_call(model, ctx) // max(1, len(input_ids)))   # anchors per row and call
     for lo in range(0, max((t - 1 - s for t, s in zip(T, starts)), default=0), width):
         anchors = [(i, s + o) for i, s in enumerate(starts) for o in range(lo, lo + width) if s + o < T[i] - 1]
         d = anchor_drafts(model, ctx, input_ids, anchors, None in budgets)

@@ -27,7 +27,7 @@ from .target import as_target, as_dtype, materialise, TargetHeads
 from .train import (TrainConfig, Batch, load_train_config, drafter_config_for, step_loss, parallelize,
                              acceptance_counts)
 from .extract import extract_taps
-from .evaluate import REPLAY_ROWS, BlockDrafts, prompt_contexts, _blocks_per_call
+from .evaluate import REPLAY_ROWS, BlockDrafts, prompt_contexts, blocks_per_call
 from .cli import refusals
 
 # %% auto #0
@@ -516,7 +516,7 @@ def plan_eval(cfg: TrainConfig, hf_config, machine: Machine, spec: PlanSpec, T: 
         taps = [torch.empty(T, dc.fc_in_features, dtype=torch.bfloat16) for _ in range(REPLAY_ROWS)]   # as cached
     def contexts(): st["ctx"] = prompt_contexts(model.eval(), taps)
     def call():
-        st["n"] = n = max(1, _blocks_per_call(model, st["ctx"]) // REPLAY_ROWS) * REPLAY_ROWS
+        st["n"] = n = max(1, blocks_per_call(model, st["ctx"]) // REPLAY_ROWS) * REPLAY_ROWS
         with torch.no_grad():
             anchors = _KnownMax(torch.full((n,), T - 2), T - 2)
             blocks = BlockDrafts(model, st["ctx"], torch.arange(n) % REPLAY_ROWS, torch.zeros(n, dtype=torch.long),
