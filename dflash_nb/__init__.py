@@ -5,6 +5,7 @@ Modules:
 - `dflash_nb.cache`: The on-disk format of tapped hidden states: safetensors shards and a manifest, written resumably, checked on open, read lazily; and the import of legacy per-sample `.pt` caches.
 - `dflash_nb.extract`: Regenerate responses with the target, capture its tap layers with self-removing hooks, and stream them into the resumable, checksummed cache of `dflash_nb.cache`.
 - `dflash_nb.storage`: One way to write a file all-or-nothing, a file checksum, and an early check that an output directory can take what will be written. Every module that writes a file the workbench reads back uses these.
-- `dflash_nb.study`: Variants of a training recipe, each trained over several seeds on the same data order and budget, evaluated on held-out prompts, and compared to a baseline with paired confidence intervals."""
+- `dflash_nb.study`: Variants of a training recipe, each trained over several seeds on the same data order and budget, evaluated on held-out prompts, and compared to a baseline with paired confidence intervals.
+- `dflash_nb.trees`: A tree of drafts from one block: built best-first from the block's marginals, verified with a tree mask, walked along the target's own choices. Offline evaluation and online decoding both use it."""
 
 __version__ = "0.0.1"

@@ -18,7 +18,7 @@ from .config import TAP_CONVENTION
 import dflash_nb.drafting  # noqa: F401 (adds DFlashDraftModel.draft_step, which every round calls)
 from .target import Target, linear_attention_layers
 from .extract import capture_layers, tap_sites, prompt_token_ids, eos_token_ids
-from .evaluate import DraftTree, build_tree, tree_attention_mask, walk_tree
+from .trees import DraftTree, build_tree, tree_attention_mask, walk_tree
 
 # %% auto #0
 __all__ = ['GDN_FORWARD_UNTIL', 'TargetPass', 'new_cache', 'target_pass', 'clock', 'stop_ids', 'finish_tokens', 'greedy_generate',

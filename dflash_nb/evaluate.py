@@ -6,7 +6,7 @@ Docs: https://dflash-nb.github.io/dflash_nb/evaluate.html.md"""
 
 # %% ../nbs/06_evaluate.ipynb #0fe5c645
 from __future__ import annotations
-import argparse, heapq, json
+import argparse, json
 from dataclasses import dataclass, field, asdict
 from itertools import islice
 from pathlib import Path
@@ -16,68 +16,17 @@ from tqdm.auto import tqdm
 from .config import ATTENTION_MODES
 from .model import DFlashDraftModel, ContextCache, param_counts, describe_drafter
 from .drafting import BlockDrafts
+from .trees import DraftTree, build_tree, grow_tree, walk_tree
 from .storage import atomic_write
 from .cache import HiddenStateCache, check_compatible
 from .cli import refusals
 
 # %% auto #0
-__all__ = ['SPANS', 'ROW_BYTES', 'BLOCKS_PER_CALL', 'REPLAY_ROWS', 'SMALL_N', 'SHOW', 'DraftTree', 'build_tree',
-           'tree_attention_mask', 'walk_tree', 'accept_chain', 'accept_tree', 'replay', 'pad_stack', 'prompt_contexts',
-           'blocks_per_call', 'AnchorDrafts', 'anchor_drafts', 'replay_prompts', 'OfflineResult', 'round_acceptance',
-           'offline_result', 'offline_tau_many', 'offline_tau', 'comparison_rows', 'markdown_table', 'wilson_interval',
-           'plot_acceptance', 'load_drafters', 'compare', 'eval_parser', 'eval_main']
-
-# %% ../nbs/06_evaluate.ipynb #059420d6
-@dataclass
-class DraftTree:
-    "A DDTree draft tree: node tokens, parent indices (-1 = child of the root) and depths (1..B-1)."
-    tokens: torch.Tensor
-    parents: torch.Tensor
-    depths: torch.Tensor
-    def __len__(self): return len(self.tokens)
-
-# %% ../nbs/06_evaluate.ipynb #c733dcdf
-def _grow_tree(top_lp: list, top_tok: torch.Tensor, budget: int) -> DraftTree:
-    "The best-first tree over per-slot top log-probs `top_lp` [B-1][k] (a list, descending) and their tokens [B-1, k]."
-    depth_max, width = len(top_lp), len(top_lp[0])
-    heap, index, nodes = [(-top_lp[0][0], (0,))], {}, []
-    while heap and len(nodes) < budget:
-        neg, ranks = heapq.heappop(heap)
-        d, r = len(ranks), ranks[-1]
-        index[ranks] = len(nodes)
-        nodes.append((ranks, index.get(ranks[:-1], -1)))
-        if r + 1 < width:       # the next sibling: rank r + 1 at the last slot
-            heapq.heappush(heap, (neg + top_lp[d - 1][r] - top_lp[d - 1][r + 1], ranks[:-1] + (r + 1,)))
-        if d < depth_max:       # the first child: rank 0 at the next slot
-            heapq.heappush(heap, (neg - top_lp[d][0], ranks + (0,)))
-    tokens = [top_tok[len(r) - 1, r[-1]].item() for r, _ in nodes]
-    parents, depths = [p for _, p in nodes], [len(r) for r, _ in nodes]
-    return DraftTree(torch.tensor(tokens), torch.tensor(parents), torch.tensor(depths))
-
-def build_tree(logprobs: torch.Tensor, budget: int) -> DraftTree:
-    "The `budget` most probable draft prefixes under the product of per-slot marginals `logprobs` [B-1, V]."
-    top_lp, top_tok = logprobs.float().topk(min(budget, logprobs.shape[-1]), -1)
-    return _grow_tree(top_lp.tolist(), top_tok, budget)
-
-# %% ../nbs/06_evaluate.ipynb #d1fd39c8
-def tree_attention_mask(tree: DraftTree) -> torch.Tensor:
-    "bool [n+1, n+1]: row i (0 = root, i = node i-1) may see column j iff j is i itself or an ancestor."
-    m = torch.eye(len(tree) + 1, dtype=torch.bool)
-    m[:, 0] = True
-    for i, p in enumerate(tree.parents.tolist()):
-        if p >= 0: m[i + 1] |= m[p + 1]
-    return m
-
-# %% ../nbs/06_evaluate.ipynb #fe743f9d
-def walk_tree(tree: DraftTree, next_token: torch.Tensor) -> list[int]:
-    "Accepted node indices: follow `next_token` [n+1] (target argmax at the root, then at each node) down the tree."
-    children = {}
-    for i, key in enumerate(zip(tree.parents.tolist(), tree.tokens.tolist())): children.setdefault(key, i)
-    path, cur = [], -1
-    while (nxt := children.get((cur, int(next_token[cur + 1])))) is not None:
-        path.append(nxt)
-        cur = nxt
-    return path
+__all__ = ['SPANS', 'ROW_BYTES', 'BLOCKS_PER_CALL', 'REPLAY_ROWS', 'SMALL_N', 'SHOW', 'accept_chain', 'accept_tree', 'replay',
+           'pad_stack', 'prompt_contexts', 'blocks_per_call', 'AnchorDrafts', 'anchor_drafts', 'replay_prompts',
+           'OfflineResult', 'round_acceptance', 'offline_result', 'offline_tau_many', 'offline_tau', 'comparison_rows',
+           'markdown_table', 'wilson_interval', 'plot_acceptance', 'load_drafters', 'compare', 'eval_parser',
+           'eval_main']
 
 # %% ../nbs/06_evaluate.ipynb #f04e61d2
 def accept_chain(logits: torch.Tensor, truth: torch.Tensor) -> int:
@@ -153,7 +102,7 @@ def _tree_accepts(model: DFlashDraftModel, h: torch.Tensor, asks: list) -> list[
         top_lp, top_tok = lp[[asks[k][0] for k in ks]].topk(min(b, lp.shape[-1]), -1)
         for k, lps, toks in zip(ks, top_lp.tolist(), top_tok):
             truth = asks[k][1][:lp.shape[1]]
-            got[k] = _walk_len(_grow_tree(lps, toks, b), truth[truth >= 0], lp.shape[1])
+            got[k] = _walk_len(grow_tree(lps, toks, b), truth[truth >= 0], lp.shape[1])
     return [got[k] for k in range(len(asks))]
 
 # %% ../nbs/06_evaluate.ipynb #d156c37a
