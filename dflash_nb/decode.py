@@ -6,26 +6,28 @@ Docs: https://dflash-nb.github.io/dflash_nb/decode.html.md"""
 
 # %% ../nbs/07_decode.ipynb #4a6dc2f6
 from __future__ import annotations
-import time
+import hashlib, inspect, time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 import torch
 import torch.nn.functional as F
+import transformers
+from packaging.version import Version
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 from .config import TAP_CONVENTION
 import dflash_nb.drafting  # noqa: F401 (adds DFlashDraftModel.draft_step, which every round calls)
-from .target import Target, linear_attention_layers
+from .target import Target, linear_attention_layers, kernel_callers, plain_function
 from .extract import capture_layers, tap_sites, prompt_token_ids, eos_token_ids
 from .trees import DraftTree, build_tree, tree_attention_mask, walk_tree
 
 # %% auto #0
-__all__ = ['GDN_FORWARD_UNTIL', 'TargetPass', 'new_cache', 'target_pass', 'clock', 'stop_ids', 'finish_tokens', 'greedy_generate',
-           'Decoding', 'check_gdn_forward', 'check_decodable', 'start_decoding', 'accepted_prefix', 'draft_block',
-           'conv_windows', 'delta_rule_tree', 'NodeByNodeMixer', 'node_by_node', 'keep_node_state', 'drop_last_kv',
-           'rollback', 'chain_round', 'tree_inputs', 'keep_kv', 'tree_round', 'speculative_generate',
-           'decode_comparison', 'time_per_token']
+__all__ = ['GDN_TESTED', 'GDN_FORWARDS', 'TargetPass', 'new_cache', 'target_pass', 'clock', 'stop_ids', 'finish_tokens',
+           'greedy_generate', 'Decoding', 'gdn_fingerprint', 'check_gdn_forward', 'check_decodable', 'start_decoding',
+           'accepted_prefix', 'draft_block', 'conv_windows', 'delta_rule_tree', 'NodeByNodeMixer', 'node_by_node',
+           'attention_length', 'keep_node_state', 'drop_last_kv', 'rollback', 'chain_round', 'tree_inputs', 'keep_kv',
+           'tree_round', 'speculative_generate', 'decode_comparison', 'time_per_token']
 
 # %% ../nbs/07_decode.ipynb #e5bf587b
 @dataclass
@@ -121,17 +123,29 @@ class Decoding:
         self.last = now
 
 # %% ../nbs/07_decode.ipynb #75c29cc4
-GDN_FORWARD_UNTIL = (5, 25)   # first transformers release whose Gated DeltaNet forward the verify does not follow
+GDN_TESTED = (5, 25)      # the newest transformers release the node-by-node verify is tested on (and 5.24)
+GDN_FORWARDS = {"08cf65a63ca582a2": "5.24.0", "c3f84d4dbbfdd723": "5.25.0"}   # gdn_fingerprint: tested in
 
+def gdn_fingerprint(layer: torch.nn.Module) -> str:
+    "The first 16 hex digits of sha256 of the source of `layer`'s class forward and its `kernel_callers`."
+    fwd = inspect.unwrap(type(layer).forward)
+    fns = [fwd] + [inspect.unwrap(plain_function(fwd.__globals__[n])) for n in kernel_callers(fwd)]
+    try: src = "".join(inspect.getsource(f) for f in fns)
+    except (OSError, TypeError): return "no source"
+    return hashlib.sha256(src.encode()).hexdigest()[:16]
+
+# %% ../nbs/07_decode.ipynb #9278803c
 def check_gdn_forward(target: Target, version: str | None = None) -> None:
-    "A NotImplementedError if `target` has Gated DeltaNet layers and transformers (`version`) is too new for it."
-    import transformers
-    from packaging.version import Version
-    v = version or transformers.__version__
-    if linear_attention_layers(target.model) and Version(v).release[:2] >= GDN_FORWARD_UNTIL:
-        raise NotImplementedError(f"transformers {v} changed the Gated DeltaNet forward that speculative decoding "
-                                  f"re-runs node by node on {target.name!r}; install transformers<5.25 "
-                                  "(pip install 'transformers<5.25'), as dflash_nb's requirements say.")
+    "A NotImplementedError if `target` has Gated DeltaNet layers whose forward transformers `version` may have changed."
+    v, layers = version or transformers.__version__, linear_attention_layers(target.model)
+    if not layers or Version(v).release[:2] <= GDN_TESTED: return
+    if unknown := {gdn_fingerprint(m) for m in layers} - set(GDN_FORWARDS):
+        below = f"{GDN_TESTED[0]}.{GDN_TESTED[1] + 1}"
+        raise NotImplementedError(f"transformers {v} is newer than the {'.'.join(map(str, GDN_TESTED))} dflash_nb "
+                                  f"is tested on, and the Gated DeltaNet forward of {target.name!r} (fingerprint "
+                                  f"{min(unknown)}) is not one speculative decoding re-runs node by node; install "
+                                  f"transformers<{below} (pip install 'transformers<{below}'), as dflash_nb's "
+                                  "requirements say.")
 
 # %% ../nbs/07_decode.ipynb #2adc4b7e
 def check_decodable(target: Target, drafter, tree_budget: int | None = None):
@@ -242,11 +256,18 @@ def node_by_node(target: Target, parents: torch.Tensor):
         for m in mixers: vars(m).pop("forward", None)
 
 # %% ../nbs/07_decode.ipynb #91ee946e
+def attention_length(cache: DynamicCache) -> int:
+    "The positions the attention layers of `cache` hold (0 with none)."
+    return next((l.get_seq_length() for l in cache.layers if isinstance(l, DynamicLayer)), 0)
+
 def keep_node_state(cache: DynamicCache, node_states: dict, node: int):
-    "Set every linear-attention layer's conv and recurrent state to the one after `node` (from `TargetPass`)."
+    "Set each linear-attention layer's conv and recurrent state to those after `node`, its token count to the KV's."
+    n = attention_length(cache)                         # the attention layers are cut first
     for i, (windows, states) in node_states.items():
-        cache.layers[i].conv_states[0].copy_(windows[:, node])          # [C, K] into [1, C, K]
-        cache.layers[i].recurrent_states[0].copy_(states[node])
+        l = cache.layers[i]
+        l.conv_states[0].copy_(windows[:, node])          # [C, K] into [1, C, K]
+        l.recurrent_states[0].copy_(states[node])
+        if hasattr(l, "cumulative_length_linear"): l.cumulative_length_linear.fill_(n)
 
 # %% ../nbs/07_decode.ipynb #1d5d06e4
 def drop_last_kv(cache: DynamicCache, n: int):

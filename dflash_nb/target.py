@@ -19,11 +19,11 @@ from transformers import LlamaConfig, Qwen3Config, Qwen3_5TextConfig
 # %% auto #0
 __all__ = ['TRANSIENT_CONFIG_KEYS', 'LINEAR_KERNEL_NAMES', 'LINEAR_BACKENDS', 'TINY_KINDS', 'DTYPES', 'TOKENIZER_FILES',
            'HEADS_ONLY', 'SAFETENSORS_DTYPES', 'SAFETENSORS_INDEX', 'SAFETENSORS_FILE', 'MAX_HEADER',
-           'CHECKPOINT_PREFIXES', 'config_hash', 'linear_attention_layers', 'resolved_kernel', 'torch_kernels',
-           'fla_kernels', 'fla_missing', 'use_linear_kernels', 'linear_kernels', 'resolve_backend',
-           'set_linear_backend', 'Target', 'as_target', 'tiny_config', 'tiny_target', 'as_dtype', 'checkpoint_dtype',
-           'load_tokenizer', 'load_target', 'TargetHeads', 'materialise', 'SafetensorsReader', 'checkpoint_names',
-           'load_target_heads']
+           'CHECKPOINT_PREFIXES', 'config_hash', 'linear_attention_layers', 'plain_function', 'resolved_kernel',
+           'torch_kernels', 'fla_kernels', 'fla_missing', 'kernel_callers', 'use_linear_kernels', 'linear_kernels',
+           'resolve_backend', 'set_linear_backend', 'Target', 'as_target', 'tiny_config', 'tiny_target', 'as_dtype',
+           'checkpoint_dtype', 'load_tokenizer', 'load_target', 'TargetHeads', 'materialise', 'SafetensorsReader',
+           'checkpoint_names', 'load_target_heads']
 
 # %% ../nbs/02_target.ipynb #4dd4c295
 TRANSIENT_CONFIG_KEYS = ("_name_or_path", "transformers_version", "dtype", "torch_dtype", "architectures",
@@ -42,9 +42,17 @@ def linear_attention_layers(model: nn.Module) -> list[nn.Module]:
     "The Gated DeltaNet (linear-attention) modules of `model`, in layer order."
     return [m for m in model.modules() if type(m).__name__.endswith("GatedDeltaNet")]
 
+# %% ../nbs/02_target.ipynb #7da32e7b
+def plain_function(fn: Callable) -> Callable:
+    "The function behind `fn`: the `kernels` package turns a hub-kernel function into an `nn.Module` calling it."
+    if isinstance(fn, nn.Module) and hasattr(fn, "kernel_layer_name"):
+        return inspect.getclosurevars(type(fn).forward).nonlocals.get("func", fn)
+    return fn
+
 # %% ../nbs/02_target.ipynb #8f08d9df
 def resolved_kernel(fn: Callable) -> Callable:
     "The function `fn` really calls: the `implementation` a transformers fallback wrapper closes over, else `fn`."
+    fn = plain_function(fn)
     impl = inspect.getclosurevars(fn).nonlocals.get("implementation") if hasattr(fn, "__wrapped__") else None
     return impl if callable(impl) else fn
 
@@ -54,13 +62,13 @@ def _modeling_module(layer: nn.Module) -> types.ModuleType: return sys.modules[t
 def torch_kernels(layer: nn.Module) -> dict[str, Callable]:
     "The torch reference implementations of `layer`'s linear-attention kernels."
     mod = _modeling_module(layer)
-    return {n: inspect.unwrap(getattr(mod, n)) for n in LINEAR_KERNEL_NAMES if hasattr(mod, n)}
+    return {n: inspect.unwrap(plain_function(getattr(mod, n))) for n in LINEAR_KERNEL_NAMES if hasattr(mod, n)}
 
 # %% ../nbs/02_target.ipynb #43282285
 def fla_kernels(layer: nn.Module) -> dict[str, Callable]:
     "transformers' kernel wrappers for `layer`, which dispatch to flash-linear-attention when it imports."
     mod = _modeling_module(layer)
-    return {n: getattr(mod, n) for n in LINEAR_KERNEL_NAMES if hasattr(mod, n)}
+    return {n: plain_function(getattr(mod, n)) for n in LINEAR_KERNEL_NAMES if hasattr(mod, n)}
 
 # %% ../nbs/02_target.ipynb #89b3c436
 def _importable(name: str) -> bool:
@@ -75,19 +83,34 @@ def fla_missing() -> list[str]:
              ("flash-linear-attention (fla.ops.gated_delta_rule)", lambda: _importable("fla.ops.gated_delta_rule")))
     return [what for what, ok in needs if not ok()]
 
+# %% ../nbs/02_target.ipynb #80fb0388
+def _calls_kernel(f) -> bool:
+    return isinstance(f, types.FunctionType) and bool(set(f.__code__.co_names) & set(LINEAR_KERNEL_NAMES))
+
+def kernel_callers(fn: Callable) -> list[str]:
+    "The names of the module functions `fn` calls that call a linear-attention kernel themselves."
+    g = fn.__globals__
+    return [n for n in fn.__code__.co_names
+            if n not in LINEAR_KERNEL_NAMES and _calls_kernel(inspect.unwrap(plain_function(g.get(n))))]
+
 # %% ../nbs/02_target.ipynb #ed3d3aa8
+def _rebound(fn: Callable, scope: dict) -> Callable:
+    "A copy of function `fn` whose global names resolve in `scope`."
+    f = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+    f.__kwdefaults__, f.__qualname__ = fn.__kwdefaults__, fn.__qualname__
+    return f
+
 def use_linear_kernels(layer: nn.Module, kernels: dict[str, Callable]) -> nn.Module:
-    "Rebind `layer.forward` so the kernel names in its body call `kernels`."
+    "Rebind `layer.forward` so the kernel names in it and in its `kernel_callers` call `kernels`."
     fwd = inspect.unwrap(type(layer).forward)
     scope = {**fwd.__globals__, **kernels}
-    f = types.FunctionType(fwd.__code__, scope, fwd.__name__, fwd.__defaults__, fwd.__closure__)
-    f.__kwdefaults__, f.__qualname__ = fwd.__kwdefaults__, fwd.__qualname__
-    layer.forward = types.MethodType(f, layer)
+    for n in kernel_callers(fwd): scope[n] = _rebound(inspect.unwrap(plain_function(scope[n])), scope)
+    layer.forward = types.MethodType(_rebound(fwd, scope), layer)
     return layer
 
 # %% ../nbs/02_target.ipynb #39ea7c20
 def linear_kernels(layer: nn.Module) -> dict[str, Callable]:
-    "The functions `layer`'s forward will call for each linear-attention kernel name."
+    "The functions `layer`'s forward will call, itself or through its `kernel_callers`, for each kernel name."
     g = inspect.unwrap(layer.forward).__globals__
     return {n: resolved_kernel(g[n]) for n in LINEAR_KERNEL_NAMES if n in g}
 
