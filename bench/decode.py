@@ -41,7 +41,8 @@ from dflash_nb.extract import capture_layers, eos_token_ids, extract_to_cache, g
 from dflash_nb.extract import tap_sites
 from dflash_nb.model import DFlashDraftModel
 from dflash_nb.target import linear_attention_layers, load_target, tiny_target
-from dflash_nb.train import TrainConfig, train
+from dflash_nb.config import TrainConfig
+from dflash_nb.train import train
 from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
 BUDGETS = (8, 16, 32)

@@ -21,7 +21,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed._tools.mem_tracker import MemTracker
 from dflash_nb.config import DFlashConfig
 from dflash_nb.model import DFlashDraftModel, RMSNorm
-from dflash_nb.train import TrainConfig, Batch, step_loss, load_train_config
+from dflash_nb.config import TrainConfig, load_train_config
+from dflash_nb.batches import Batch
+from dflash_nb.objective import step_loss
 
 ROOT = Path(__file__).resolve().parent.parent
 GiB, MiB = 2 ** 30, 2 ** 20

@@ -23,8 +23,11 @@ from dflash_nb.demo import DemoConfig, stage_cache, stage_train
 from dflash_nb.extract import cached_responses, extract_samples, OnlineHiddenStates
 from dflash_nb.config import default_target_layer_ids
 from dflash_nb.model import DFlashDraftModel, read_drafter_tensors
-from dflash_nb.train import (TrainConfig, Trainer, BatchPlan, train, read_metrics, make_batch, read_records, step_loss,
-                             step_generator, acceptance_counts, acceptance_metrics, lr_at, noise_level, trainer_reads)
+from dflash_nb.config import TrainConfig
+from dflash_nb.batches import BatchPlan, make_batch, read_records, step_generator
+from dflash_nb.objective import step_loss, acceptance_counts, acceptance_metrics, noise_level, noisy_fc_input
+from dflash_nb.train import Trainer, train, read_metrics, lr_at
+from dflash_nb.profile import trainer_reads
 from dflash_nb.evaluate import offline_tau
 from dflash_nb.launch import launch
 from dflash_nb.toy import load_toy_target, load_prompts, toy_target_path
@@ -75,9 +78,8 @@ class OldStep:
         tr, cfg = self.tr, self.tr.cfg
         g = step_generator(cfg.seed, tr.step, micro, tr.rank)
         b = to_device(make_batch(tr.data, tr.plan[tr.step * cfg.grad_accum + micro], tr.dc, cfg, g), tr.device)
-        with mock.patch.object(train_mod, "noisy_fc_input", old_noisy_fc_input):
-            out = step_loss(tr.run, b, tr.dc, cfg, tr.head, (noise_level(tr.step, tr.total, cfg.noise_std,
-                                                                           cfg.noise_schedule), g))
+        level = noise_level(tr.step, tr.total, cfg.noise_std, cfg.noise_schedule)
+        out = step_loss(tr.wrapped, b, tr.dc, cfg, tr.head, old_noisy_fc_input(b.fc_taps, level, tr.dc.hidden_size, g))
         if not torch.isfinite(out["loss"]): raise FloatingPointError(f"Loss is {out['loss'].item()}")
         (out["loss"] / cfg.grad_accum).backward()
         return acceptance_counts(out["correct"], out["supervised"]).cpu(), out["loss"].item(), int(b.loss_mask.numel())
@@ -133,7 +135,7 @@ def reads_per_step(tr: Trainer, step) -> dict:
 def hot_paths(target, data, old_data, out: Path, speed: dict, rounds: int = 5) -> list:
     "Rows: ms per step and host reads per step, before (`old_data`, `OldStep`) and after (`data`, `Trainer`)."
     n, log_every = speed["steps"] // rounds, speed["log_every"]
-    new, old = (Trainer(TrainConfig(**speed, out_dir=str(out / d)), target=target, data=dd)
+    new, old = (Trainer.from_config(TrainConfig(**speed, out_dir=str(out / d)), target=target, data=dd)
                 for d, dd in (("new", data), ("old", old_data)))
     ref = OldStep(old)
     t_new, t_old, l_new, l_old = [], [], [], []

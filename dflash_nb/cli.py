@@ -6,12 +6,12 @@ Docs: https://dflash-nb.github.io/dflash_nb/cli.html.md"""
 
 # %% ../nbs/00b_cli.ipynb #37d2c9bc
 from __future__ import annotations
-import io, sys
+import difflib, io, sys
 from contextlib import contextmanager, redirect_stderr
 import yaml
 
 # %% auto #0
-__all__ = ['REFUSED', 'refusals', 'exit_status']
+__all__ = ['REFUSED', 'refusals', 'exit_status', 'check_keys']
 
 # %% ../nbs/00b_cli.ipynb #1804cd59
 REFUSED = (ValueError, OSError, yaml.YAMLError)   # refused inputs: bad settings and values, files, YAML
@@ -32,3 +32,13 @@ def exit_status(main, argv: list[str]) -> tuple[int, str]:
         try: code = main(argv) or 0
         except SystemExit as e: code = 0 if e.code is None else e.code
     return code, err.getvalue()
+
+# %% ../nbs/00b_cli.ipynb #75275372
+def check_keys(d: dict, valid, where: str):
+    "Raise on keys of `d` not in `valid`, suggesting the closest valid key."
+    bad = [k for k in d if k not in valid]
+    if not bad: return
+    near = lambda k: difflib.get_close_matches(k, list(valid), 1)
+    hints = [f"{k!r}" + (f" (did you mean {m[0]!r}?)" if (m := near(k)) else "") for k in bad]
+    raise ValueError(f"Unknown key{'s' if len(bad) > 1 else ''} in {where}: {', '.join(hints)}. "
+                     f"Valid keys: {sorted(valid)}.")

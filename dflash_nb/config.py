@@ -1,4 +1,4 @@
-"""`DFlashConfig`: the drafter's dimensions, block, target taps and fusion layout; validated, written in the hub format.
+"""`DFlashConfig`: the drafter's dimensions, block, target taps and fusion layout; validated, written in the hub format. `TrainConfig`: everything a training run needs, from YAML.
 
 Docs: https://dflash-nb.github.io/dflash_nb/config.html.md"""
 
@@ -6,18 +6,22 @@ Docs: https://dflash-nb.github.io/dflash_nb/config.html.md"""
 
 # %% ../nbs/00_config.ipynb #409a54c5
 from __future__ import annotations
-import json, warnings
-from dataclasses import dataclass, asdict, replace
+import json, math, warnings
+from dataclasses import dataclass, field, fields, asdict, replace
 from pathlib import Path
 from fastcore.basics import patch
+import yaml
 from transformers import Qwen3Config
 from .storage import atomic_write
+from .cli import check_keys
 
 # %% auto #0
 __all__ = ['TAP_CONVENTION', 'TAP_CONVENTIONS', 'FUSIONS', 'LAYER_TYPES', 'DEFAULT_ROPE_THETA', 'POSITIVE_DIMS', 'ROPE_TYPES',
            'ATTENTION_MODES', 'HONOURED', 'DFLASH_HONOURED', 'CHECKED', 'DFLASH_CHECKED', 'IGNORED', 'REFUSED',
-           'DFLASH_REFUSED', 'hidden_state_index', 'default_target_layer_ids', 'fc_tap_ids', 'DFlashConfig',
-           'LayerAttention', 'check_hub_fields', 'read_hub_config', 'hub_field_table']
+           'DFLASH_REFUSED', 'LOSSES', 'SOURCES', 'SCHEDULES', 'PARALLELS', 'INIT_NORMS', 'FIELD_TYPES', 'DRAFTER_KEYS',
+           'hidden_state_index', 'default_target_layer_ids', 'fc_tap_ids', 'DFlashConfig', 'LayerAttention',
+           'check_hub_fields', 'read_hub_config', 'hub_field_table', 'TrainConfig', 'check_repro_noise',
+           'load_train_config']
 
 # %% ../nbs/00_config.ipynb #10ad5f17
 TAP_CONVENTION = "layer_output"  # tap id k = output of decoder layer k = HF hidden_states[k+1]
@@ -387,3 +391,114 @@ def hub_field_table() -> list[dict]:
     rows += [dict(field=k, status="ignored", detail=v) for k, v in IGNORED.items()]
     rows += [dict(field=k, status="refused", detail=v) for k, v in REFUSED.items()]
     return rows + [dict(field=f"dflash_config.{k}", status="refused", detail=v) for k, v in DFLASH_REFUSED.items()]
+
+# %% ../nbs/00_config.ipynb #52886ac2
+LOSSES, SOURCES, SCHEDULES = ("ce", "kl"), ("auto", "tokens", "final", "deepest_tap"), ("constant", "linear", "cosine")
+PARALLELS, INIT_NORMS = ("ddp", "fsdp"), ("default", "target", "small")
+
+@dataclass
+class TrainConfig:
+    "Everything a training run needs; YAML/CLI configs map onto these fields."
+    cache: str = ""                   # hidden-state cache directory
+    prompts: str = ""                 # online mode, not `cache`: JSON-lines prompt file; the target runs in-process
+    max_new_tokens: int = 256         # online mode: response length limit
+    out_dir: str = "runs/train"       # run directory: metrics.jsonl and checkpoints/
+    target: str = ""                  # target model directory (embeddings, final norm, lm_head are borrowed)
+    drafter: dict = field(default_factory=dict)  # DFlashConfig fields: num_hidden_layers, block_size, fusion, ...
+    init_from: str = ""               # start from this drafter checkpoint, e.g. a retrofit (its config beats `drafter`)
+    init_norm: str = "default"        # drafter final norm at step 0: default (ones), target (the target's), small
+    loss: str = "ce"                  # "ce" (hard labels) or "kl" (soft, against target logits)
+    target_source: str = "auto"       # auto, tokens, final or deepest_tap (`source` resolves auto)
+    gamma: float = 7.0                # position decay exp(-(k-1)/gamma)
+    streak: float = 0.0               # streak-aware up-weighting of slots whose predecessors are right (0 = off)
+    loss_chunk: int = 32              # anchors (block rows) per chunk of lm_head + loss; 0: all at once
+    noise_std: float = 0.0            # noise on the fc input, relative to each tap's RMS
+    noise_schedule: str = "constant"  # constant, linear (to 0) or cosine (to 0)
+    repro_noise_on_targets: bool = False  # REPRODUCES A KNOWN BUG (noise reaches the loss targets): never train so
+    num_anchors: int = 512            # blocks sampled per sequence
+    batch_size: int = 1               # sequences per micro-batch per rank
+    grad_accum: int = 1               # micro-batches per optimizer step
+    lr: float = 6e-4                  # peak learning rate (AdamW, betas 0.9/0.95)
+    warmup: float = 0.04              # fraction of steps
+    weight_decay: float = 0.0         # AdamW weight decay
+    grad_clip: float = 1.0            # max global grad norm
+    epochs: int = 1                   # passes over the data (when steps is 0)
+    steps: int = 0                    # 0: as many as `epochs` give
+    max_len: int = 0                  # 0: no truncation
+    bucket_batches: int = 16          # batches per length-sorted bucket
+    seed: int = 0                     # everything random (batches, anchors, noise, init) derives from it
+    log_every: int = 10               # steps between metrics.jsonl records
+    slot_grads_every: int = 0         # steps between per-slot gradient diagnostics in metrics.jsonl (0 = off)
+    save_every: int = 200             # steps between checkpoints
+    attn_impl: str = "auto"           # drafter attention: auto (flex on CUDA, else blockwise), blockwise, sdpa, flex
+    device: str = "auto"              # "auto": cuda when available
+    parallel: str = "ddp"             # under torchrun: "ddp" (replicated drafter) or "fsdp" (sharded weights, AdamW)
+    bf16: bool = True                 # bf16 autocast, on CUDA only
+    progress: bool = True             # progress bar on rank 0
+
+# %% ../nbs/00_config.ipynb #17820414
+def _choice(name, value, options):
+    if value not in options: raise ValueError(f"{name}={value!r} is not one of {options}.")
+
+# %% ../nbs/00_config.ipynb #4ab62699
+def check_repro_noise(cfg: TrainConfig) -> None:
+    "The bug reproduction needs noise to leak and states to leak it into; a ValueError naming what is missing."
+    why = "repro_noise_on_targets reproduces a known bug (never train a drafter this way) and needs "
+    if cfg.noise_std <= 0: raise ValueError(why + f"noise_std > 0 (it is {cfg.noise_std}).")
+    if cfg.source not in ("final", "deepest_tap"):
+        raise ValueError(why + f"target states: target_source resolves to {cfg.source!r}; "
+                         "set 'final' or 'deepest_tap'.")
+
+# %% ../nbs/00_config.ipynb #60f721b0
+FIELD_TYPES = {"int": (int, "an integer"), "float": ((int, float), "a finite number"), "str": (str, "a string"),
+         "bool": (bool, "true or false"), "dict": (dict, "a mapping")}
+
+def _check_kind(name, value, kind: str):
+    "A ValueError unless `value` is of the field's annotated `kind` (a YAML typo like `lr: 1e-3x` lands here)."
+    types, what = FIELD_TYPES[kind]
+    bad_bool = kind != "bool" and isinstance(value, bool)
+    if not isinstance(value, types) or bad_bool or (kind == "float" and not math.isfinite(value)):
+        raise ValueError(f"{name}={value!r} must be {what}.")
+
+# %% ../nbs/00_config.ipynb #3e74ee8f
+@patch(nm="validate")
+def _validate_run(self: TrainConfig) -> TrainConfig:
+    "Raise on inconsistent settings, naming the field and the fix."
+    for f in fields(self): _check_kind(f.name, getattr(self, f.name), f.type)
+    for name, options in [("loss", LOSSES), ("target_source", SOURCES), ("noise_schedule", SCHEDULES),
+                          ("parallel", PARALLELS), ("init_norm", INIT_NORMS)]:
+        _choice(name, getattr(self, name), options)
+    if self.cache and self.prompts: raise ValueError("Give either cache (offline) or prompts (online mode), not both.")
+    for k in ("num_anchors", "batch_size", "grad_accum", "epochs", "log_every", "save_every"):
+        if getattr(self, k) < 1: raise ValueError(f"{k}={getattr(self, k)} must be >= 1.")
+    if self.gamma <= 0: raise ValueError(f"gamma={self.gamma} must be > 0 (7 is the paper's value for block 16).")
+    if self.loss == "kl" and self.source == "tokens":
+        raise ValueError("loss='kl' needs target logits: set target_source='final' (a cache with final states) "
+                         "or 'deepest_tap'.")
+    if self.slot_grads_every < 0: raise ValueError(f"slot_grads_every={self.slot_grads_every} must be >= 0 (0 = off).")
+    if self.loss_chunk < 0:
+        raise ValueError(f"loss_chunk={self.loss_chunk} must be >= 0 (anchors per chunk of the loss; 0 = all at once).")
+    if self.init_from and self.init_norm != "default":
+        raise ValueError(f"init_norm={self.init_norm!r} with init_from: the checkpoint's norm wins; drop one.")
+    if self.repro_noise_on_targets: check_repro_noise(self)
+    return self
+
+# %% ../nbs/00_config.ipynb #401b7cc8
+@patch(as_prop=True)
+def source(self: TrainConfig) -> str:
+    "The resolved target source."
+    if self.target_source != "auto": return self.target_source
+    return "deepest_tap" if self.drafter.get("fusion") == "split" else "tokens"
+
+# %% ../nbs/00_config.ipynb #0be221f8
+DRAFTER_KEYS = {f.name for f in fields(DFlashConfig)} - {"hidden_size", "vocab_size", "num_target_layers"}
+
+def load_train_config(path, **overrides) -> TrainConfig:
+    "A validated `TrainConfig` from YAML file `path`, with `overrides` applied."
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path} must hold a mapping of TrainConfig keys, not {type(raw).__name__}.")
+    raw |= {k: v for k, v in overrides.items() if v is not None}
+    check_keys(raw, {f.name for f in fields(TrainConfig)}, str(path))
+    check_keys(raw.get("drafter") or {}, DRAFTER_KEYS, f"{path} (drafter)")
+    return TrainConfig(**raw).validate()

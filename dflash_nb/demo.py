@@ -16,7 +16,9 @@ from .model import DFlashDraftModel
 from .storage import atomic_write
 from .cache import HiddenStateCache, CacheLayout, select_taps
 from .extract import cached_responses, extract_to_cache
-from .train import TrainConfig, train, read_metrics, target_logits
+from .config import TrainConfig
+from .train import train, read_metrics
+from .objective import target_logits
 from .evaluate import offline_tau, comparison_rows, markdown_table, OfflineResult, plot_acceptance
 from .cli import refusals
 

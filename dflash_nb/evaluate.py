@@ -185,7 +185,7 @@ class OfflineResult:
 # %% ../nbs/06_evaluate.ipynb #6e6566c2
 def round_acceptance(rounds, block_size: int) -> dict:
     "Conditional/cumulative per-slot acceptance of chain rounds [(accepted, checkable)], and the counts behind them."
-    from dflash_nb.train import acceptance_counts, acceptance_metrics
+    from dflash_nb.objective import acceptance_counts, acceptance_metrics
     k = torch.arange(1, block_size)
     n, c = torch.tensor([r[0] for r in rounds]), torch.tensor([r[1] for r in rounds])
     counts = acceptance_counts((k <= n[:, None])[None], (k <= c[:, None])[None])

@@ -12,8 +12,9 @@ from pathlib import Path
 import torch, yaml
 from fastcore.basics import patch
 from matplotlib.figure import Figure
-from .train import TrainConfig, load_train_config, read_metrics, train_parser
-from .train import Nodes, check_dist_timeout
+from .config import TrainConfig, load_train_config
+from .train import read_metrics, train_parser
+from .distributed import Nodes, check_dist_timeout
 
 # %% auto #0
 __all__ = ['write_run_config', 'runs_on_cpu', 'check_nproc', 'torchrun_command', 'Launch', 'failure_cause', 'LaunchFailed',

@@ -23,9 +23,12 @@ import dflash_nb.model as _model
 from .cache import CACHE_DTYPES
 from .config import default_target_layer_ids
 from .model import DFlashDraftModel
-from .target import as_target, as_dtype, materialise, TargetHeads
-from .train import (TrainConfig, Batch, load_train_config, drafter_config_for, step_loss, parallelize,
-                             acceptance_counts)
+from .target import as_target, as_dtype, recorded_dtype, materialise, TargetHeads
+from .config import TrainConfig, load_train_config
+from .batches import Batch
+from .objective import TargetHead, step_loss, acceptance_counts, noisy_fc_input
+from .distributed import parallelize
+from .train import drafter_config_for
 from .extract import extract_taps
 from .evaluate import REPLAY_ROWS, BlockDrafts, prompt_contexts, blocks_per_call
 from .cli import refusals
@@ -216,15 +219,9 @@ def read_target_config(path):
 # %% ../nbs/05a_plan.ipynb #119ed1b0
 TARGET_LOADS, TARGET_DTYPES = ("heads", "full"), ("auto", "float32", "bfloat16")
 
-def _config_dtype(hf_config) -> torch.dtype:
-    "The dtype a checkpoint's config records (its text config's first), float32 if none (as `checkpoint_dtype`)."
-    for c in (hf_config.get_text_config(), hf_config):
-        if (d := getattr(c, "dtype", None) or getattr(c, "torch_dtype", None)) is not None: return as_dtype(d)
-    return torch.float32
-
 def fake_target(hf_config, load: str = "heads", dtype="auto"):
     "The frozen `Target` of `hf_config` (call under a `FakeTensorMode`): its `heads` only or the `full` model."
-    dt = _config_dtype(hf_config) if dtype == "auto" else as_dtype(dtype)
+    dt = recorded_dtype(hf_config.to_dict()) if dtype == "auto" else as_dtype(dtype)
     if load == "heads": model = TargetHeads.from_config(hf_config, dt)
     else:
         with torch.device("meta"): model = AutoModelForCausalLM.from_config(hf_config)
@@ -383,11 +380,11 @@ class FakeRun:
         with self.mode:
             self.target = fake_target(hf_config, spec.target_load, spec.target_dtype)
             self.dc, self.model = _fake_drafter(cfg, self.target)
-        self.run = parallelize(self.model, "fsdp", machine.world) if self.sharded else self.model   # a real mesh
+        self.wrapped = parallelize(self.model, "fsdp", machine.world) if self.sharded else self.model   # a real mesh
         with self.mode: self.params, self.opt, self.buckets = self._optimizer(machine.world)
         tm = self.target.model
-        self.head = (tm.get_decoder().norm, tm.get_output_embeddings())
-        self.forward = CudaAutocast(self.run) if spec.device == "cuda" and cfg.bf16 else self.run
+        self.head = TargetHead(tm.get_decoder().norm, tm.get_output_embeddings())
+        self.forward = CudaAutocast(self.wrapped) if spec.device == "cuda" and cfg.bf16 else self.wrapped
 
     def _optimizer(self, world: int) -> tuple:
         "(trainable parameters, AdamW after a step, DDP's gradient buckets or None)."
@@ -406,7 +403,8 @@ class FakeRun:
 def one_batch(self: FakeRun, b: Batch) -> torch.Tensor:
     "Forward and backward of micro-batch `b`, as `Trainer.one_batch` runs them; the acceptance counts."
     cfg = self.cfg
-    out = step_loss(self.forward, b, self.dc, cfg, self.head, (cfg.noise_std, torch.Generator().manual_seed(0)))
+    fc_in = noisy_fc_input(b.fc_taps, cfg.noise_std, self.dc.hidden_size, torch.Generator().manual_seed(0))
+    out = step_loss(self.forward, b, self.dc, cfg, self.head, fc_in)
     (out["loss"] / cfg.grad_accum).backward()
     return acceptance_counts(out["correct"], out["supervised"])
 
@@ -426,7 +424,7 @@ def tracker(self: FakeRun, *external) -> MemTracker:
         t = PlanTracker()
         t.track_external(self.model, self.target.model, self.opt, *extra)
         return t
-    t = PlanFSDPTracker(self.run, self.opt)
+    t = PlanFSDPTracker(self.wrapped, self.opt)
     t.track_external(self.target.model, *extra)
     return t
 
@@ -590,7 +588,7 @@ def plan(cfg: TrainConfig, hf_config, machine: Machine | None = None, spec: Plan
          alternatives: bool = True) -> Plan:
     "Plan `cfg` on `machine` (memory at max_len, time at the mean length); re-plan changes if it does not fit."
     machine, spec = machine or Machine(), resolve_spec(spec or PlanSpec(), cfg)
-    if spec.target_dtype == "auto": spec = replace(spec, target_dtype=str(_config_dtype(hf_config))[6:])
+    if spec.target_dtype == "auto": spec = replace(spec, target_dtype=str(recorded_dtype(hf_config.to_dict()))[6:])
     run, T = STAGE_PLANS[spec.stage], cfg.max_len
     mean = min(spec.mean_tokens or T, T)
     cost = run(cfg, hf_config, machine, spec, T)
@@ -851,7 +849,7 @@ def _measured_step(cfg_json: str, target_dir: str, T: int) -> None:
                for _ in range(2 * cfg.batch_size * cfg.grad_accum)]
     with tempfile.TemporaryDirectory() as d:
         cache = HiddenStateCache(extract_to_cache(target, samples, Path(d) / "cache", CacheLayout(taps), batch_size=1))
-        trainer = Trainer(replace(cfg, out_dir=str(Path(d) / "run"), steps=2, progress=False), target, cache)
+        trainer = Trainer.from_config(replace(cfg, out_dir=str(Path(d) / "run"), steps=2, progress=False), target, cache)
         trainer.one_step()
         if cuda: torch.cuda.reset_peak_memory_stats()
         else: Path("/proc/self/clear_refs").write_text("5")             # the high-water mark drops to the RSS

@@ -16,7 +16,9 @@ from matplotlib.figure import Figure
 from .storage import atomic_write
 from .cache import HiddenStateCache
 from .model import DFlashDraftModel
-from .train import TrainConfig, Trainer, read_metrics, check_keys, DRAFTER_KEYS, RESUME_FREE
+from .config import TrainConfig, DRAFTER_KEYS
+from .train import Trainer, read_metrics, RESUME_FREE
+from .cli import check_keys
 from .evaluate import offline_tau, markdown_table
 from .diagnostics import retrofit_fused
 from .cli import refusals
@@ -207,7 +209,7 @@ def train_run(cfg: TrainConfig, sc: StudyConfig, inputs: StudyInputs, stop_after
         launch(cfg, sc.nproc).wait()
         from dflash_nb.checkpoint import latest_checkpoint
         return latest_checkpoint(cfg.out_dir)
-    t = Trainer(cfg, inputs.target, inputs.train)
+    t = Trainer.from_config(cfg, inputs.target, inputs.train)
     ck = t.fit(stop_after)
     return ck if t.step >= t.total else None
 

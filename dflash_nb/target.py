@@ -22,8 +22,8 @@ __all__ = ['TRANSIENT_CONFIG_KEYS', 'LINEAR_KERNEL_NAMES', 'LINEAR_BACKENDS', 'T
            'CHECKPOINT_PREFIXES', 'config_hash', 'linear_attention_layers', 'plain_function', 'resolved_kernel',
            'torch_kernels', 'fla_kernels', 'fla_missing', 'kernel_callers', 'use_linear_kernels', 'linear_kernels',
            'resolve_backend', 'set_linear_backend', 'Target', 'as_target', 'tiny_config', 'tiny_target', 'as_dtype',
-           'checkpoint_dtype', 'load_tokenizer', 'load_target', 'TargetHeads', 'materialise', 'SafetensorsReader',
-           'checkpoint_names', 'load_target_heads']
+           'recorded_dtype', 'checkpoint_dtype', 'load_tokenizer', 'load_target', 'TargetHeads', 'materialise',
+           'SafetensorsReader', 'checkpoint_names', 'load_target_heads']
 
 # %% ../nbs/02_target.ipynb #4dd4c295
 TRANSIENT_CONFIG_KEYS = ("_name_or_path", "transformers_version", "dtype", "torch_dtype", "architectures",
@@ -210,12 +210,15 @@ def as_dtype(dtype) -> torch.dtype:
     return DTYPES[name]
 
 # %% ../nbs/02_target.ipynb #bde8dd68
-def checkpoint_dtype(path) -> torch.dtype:
-    "The dtype the HF checkpoint in `path` records in its config.json (float32 if none)."
-    raw = json.loads((Path(path) / "config.json").read_text())
-    for d in (raw, raw.get("text_config") or {}):
+def recorded_dtype(config: dict) -> torch.dtype:
+    "The dtype a config dict records: its own, else its text config's; float32 if none."
+    for d in (config, config.get("text_config") or {}):
         if name := d.get("dtype") or d.get("torch_dtype"): return as_dtype(name)
     return torch.float32
+
+def checkpoint_dtype(path) -> torch.dtype:
+    "The dtype the HF checkpoint in `path` records in its config.json (float32 if none)."
+    return recorded_dtype(json.loads((Path(path) / "config.json").read_text()))
 
 # %% ../nbs/02_target.ipynb #b0d0304b
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib, json, os, shutil, tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
+from types import SimpleNamespace
 from pathlib import Path
 import torch
 from safetensors.torch import save_file
@@ -19,11 +20,12 @@ from .target import Target, SafetensorsReader, tiny_target
 from .storage import file_sha256
 from .cache import HiddenStateCache, CacheLayout
 from .extract import extract_to_cache, generate_responses
-from .train import TrainConfig, train
+from .config import DFlashConfig, TrainConfig
+from .train import train
 
 # %% auto #0
-__all__ = ['FIXTURES_ENV', 'MANIFEST', 'TINY_TAPS', 'FUSIONS', 'tiny_drafter', 'tiny_hybrid', 'tiny_prompts', 'source_hash',
-           'fixture_root', 'fixture_key', 'dir_digests', 'check_fixture', 'one_thread', 'cached_dir',
+__all__ = ['FIXTURES_ENV', 'MANIFEST', 'TINY_TAPS', 'FUSIONS', 'tiny_drafter', 'tiny_hybrid', 'tiny_prompts', 'tiny_run',
+           'source_hash', 'fixture_root', 'fixture_key', 'dir_digests', 'check_fixture', 'one_thread', 'cached_dir',
            'build_tiny_cache', 'tiny_cache', 'train_tiny_pair', 'TrainedPair', 'trained_pair', 'Poisoned',
            'recorded_reads', 'save_vl_layout']
 
@@ -45,6 +47,23 @@ def tiny_prompts(n: int, seed: int = 0, vocab_size: int = 95) -> list[list[int]]
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(4, 10, (n,), generator=g)
     return [torch.randint(0, vocab_size, (int(k),), generator=g).tolist() for k in lengths]
+
+# %% ../nbs/90_testing.ipynb #28f31f90
+def tiny_run(out_dir) -> SimpleNamespace:
+    "The training fixture under `out_dir`: `target`, `samples`, their `cache`, the drafter config `dc`, `base_cfg`."
+    target, g = tiny_hybrid(), torch.Generator().manual_seed(0)
+    samples = []
+    for n in (12, 20, 9, 16, 25, 14):
+        ids = torch.randint(0, 95, (n,), generator=g)
+        samples.append({"input_ids": ids, "loss_mask": (torch.arange(n) >= 3).long()})
+    layout = CacheLayout([1, 2, 3, 4, 5], dtype=torch.float32, samples_per_shard=4)
+    cache = HiddenStateCache(extract_to_cache(target, samples, Path(out_dir) / "cache", layout))
+    dc = DFlashConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                      intermediate_size=64, vocab_size=96, block_size=4, num_target_layers=8, mask_token_id=95,
+                      target_layer_ids=[1, 2, 3, 4, 5], rope_theta=10000.0)
+    base_cfg = dict(drafter=tiny_drafter(), num_anchors=8, loss_chunk=3, batch_size=2, lr=3e-3, warmup=0.1,
+                    log_every=1, progress=False, device="cpu")
+    return SimpleNamespace(target=target, samples=samples, cache=cache, dc=dc, base_cfg=base_cfg)
 
 # %% ../nbs/90_testing.ipynb #f5e5680d
 def source_hash() -> str:

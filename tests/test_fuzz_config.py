@@ -5,7 +5,7 @@ from dataclasses import fields
 import pytest
 from hypothesis import example, given, settings, strategies as st, HealthCheck
 from dflash_nb.config import DFlashConfig, FUSIONS, LAYER_TYPES
-from dflash_nb.train import TrainConfig
+from dflash_nb.config import TrainConfig
 
 ints = st.one_of(st.integers(-3, 70), st.sampled_from([0, 1, 2, 16, 64, 248320]))
 values = st.one_of(ints, st.text(max_size=5), st.none(), st.floats(allow_nan=True), st.lists(ints, max_size=4))

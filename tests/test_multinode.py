@@ -18,7 +18,10 @@ from dflash_nb.checkpoint import latest_checkpoint
 from dflash_nb.cli import exit_status
 from dflash_nb.launch import Launch, LaunchFailed, launch, torchrun_command, write_run_config
 from dflash_nb.testing import tiny_drafter, tiny_hybrid
-from dflash_nb.train import BatchPlan, Nodes, TrainConfig, read_metrics, relaunch_command, train_main, train_parser
+from dflash_nb.config import TrainConfig
+from dflash_nb.batches import BatchPlan
+from dflash_nb.distributed import Nodes
+from dflash_nb.train import read_metrics, relaunch_command, train_main, train_parser
 
 DEADLINE = 600          # s for a run to start and finish: ~15 s on an idle 2-core box, far more on a busy one
 BOUND = 120             # s a killed machine may take to stop the other one (measured: 2 to 7 s)

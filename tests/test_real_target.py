@@ -60,7 +60,8 @@ def test_pipeline_extract_train_offline_online_lossless(target, tmp_path):
     from dflash_nb.extract import cached_responses, eos_token_ids, extract_to_cache
     from dflash_nb.model import DFlashDraftModel
     from dflash_nb.toy import load_prompts
-    from dflash_nb.train import TrainConfig, train
+    from dflash_nb.config import TrainConfig
+    from dflash_nb.train import train
     times, t0 = {}, time.perf_counter()
     def lap(name):
         nonlocal t0

@@ -17,7 +17,8 @@ from dflash_nb.cache import CacheLayout
 from dflash_nb.extract import extract_to_cache
 from dflash_nb.model import DFlashDraftModel
 from dflash_nb.target import tiny_target
-from dflash_nb.train import TrainConfig, read_metrics
+from dflash_nb.config import TrainConfig
+from dflash_nb.train import read_metrics
 from dflash_nb.checkpoint import latest_checkpoint, weight_digest
 from dflash_nb.testing import tiny_drafter
 
