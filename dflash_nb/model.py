@@ -78,15 +78,15 @@ def dflash_mask_mod(anchors: torch.Tensor, ctx_len: int, block_size: int, window
     "A flex-attention mask_mod(b, h, q, kv) for blocks anchored at `anchors` [N, A] after `ctx_len` context keys."
     causal = window is not None if causal is None else causal      # the reference rule: sliding layers are causal
     def mod(b, h, q, kv):
-        blk, k = q // block_size, q % block_size
-        a = anchors[b, blk]
+        block, slot = q // block_size, q % block_size          # the query's block, and its slot in that block
+        anchor = anchors[b, block]
         in_ctx = kv < ctx_len
-        j = (kv - ctx_len).clamp(min=0)
-        kj = j % block_size
-        ctx_ok, blk_ok = in_ctx & (kv < a), ~in_ctx & ((j // block_size) == blk)
-        if causal: blk_ok = blk_ok & (kj <= k)
-        if window is None: return ctx_ok | blk_ok
-        return (ctx_ok & (a + k - kv < window)) | (blk_ok & ((k - kj).abs() < window))
+        block_key = (kv - ctx_len).clamp(min=0)                # a key's index among the block keys
+        key_slot = block_key % block_size
+        ctx_ok, block_ok = in_ctx & (kv < anchor), ~in_ctx & ((block_key // block_size) == block)
+        if causal: block_ok = block_ok & (key_slot <= slot)
+        if window is None: return ctx_ok | block_ok
+        return (ctx_ok & (anchor + slot - kv < window)) | (block_ok & ((slot - key_slot).abs() < window))
     return mod
 
 # %% ../nbs/01_model.ipynb #7095f0b5

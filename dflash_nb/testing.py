@@ -27,7 +27,7 @@ from .train import train
 __all__ = ['FIXTURES_ENV', 'MANIFEST', 'TINY_TAPS', 'FUSIONS', 'tiny_drafter', 'tiny_hybrid', 'tiny_prompts', 'tiny_run',
            'source_hash', 'fixture_root', 'fixture_key', 'dir_digests', 'check_fixture', 'one_thread', 'cached_dir',
            'build_tiny_cache', 'tiny_cache', 'train_tiny_pair', 'TrainedPair', 'trained_pair', 'Poisoned',
-           'recorded_reads', 'save_vl_layout']
+           'recorded_reads', 'save_vl_layout', 'assert_close']
 
 # %% ../nbs/90_testing.ipynb #de02fcd8
 def tiny_drafter(**overrides) -> dict:
@@ -228,3 +228,17 @@ def save_vl_layout(model, out_dir) -> Path:
     cfg.architectures = ["Qwen3_5ForConditionalGeneration"]
     cfg.save_pretrained(out)
     return out
+
+# %% ../nbs/90_testing.ipynb #3e3d46df
+def assert_close(a, b, terms: int = 1, magnitude=None, dtype=None, ops: int = 4):
+    "Assert max |a - b| <= ops · terms · eps(dtype) · magnitude; dtype: `a`'s (floats: float32), magnitude: max |b|."
+    a, b = torch.as_tensor(a), torch.as_tensor(b)
+    if a.dim() and b.dim() and a.shape != b.shape: raise AssertionError(f"shapes differ: {a.shape} vs {b.shape}")
+    dtype = dtype or (a.dtype if a.is_floating_point() else torch.float32)
+    scale = float(b.abs().max()) if magnitude is None and b.numel() else float(magnitude or 0.0)
+    eps, diff = torch.finfo(dtype).eps, float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
+    bound = ops * terms * eps * scale
+    if not diff <= bound:                                              # NaN fails too
+        raise AssertionError(f"max |a - b| = {diff:.3g} exceeds the rounding bound {bound:.3g} = {ops} ops x {terms} "
+                             f"terms x eps {eps:.3g} ({str(dtype).removeprefix('torch.')}) x magnitude {scale:.3g}")
+
