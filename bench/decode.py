@@ -54,8 +54,9 @@ import argparse, tempfile, time, timeit
 from pathlib import Path
 import torch
 from dflash_nb.config import default_target_layer_ids
-from dflash_nb.decode import (Decoding, accepted_prefix, check_decodable, drop_last_kv, finish_tokens,
-                              greedy_generate, speculative_generate, start_decoding, stop_ids)
+from dflash_nb.decode import (Decoding, accepted_prefix, check_decodable, finish_tokens, greedy_generate,
+                              speculative_generate, start_decoding, stop_ids)
+from dflash_nb.verify import drop_last_kv
 from dflash_nb.evaluate import offline_tau
 from dflash_nb.cache import HiddenStateCache, check_compatible, CacheLayout
 from dflash_nb.extract import capture_layers, eos_token_ids, extract_to_cache, generate_responses, prompt_token_ids

@@ -10,6 +10,7 @@ Modules:
 - `dflash_nb.storage`: One way to write a file all-or-nothing, a file checksum, and an early check that an output directory can take what will be written. Every module that writes a file the workbench reads back uses these.
 - `dflash_nb.study`: Variants of a training recipe, each trained over several seeds on the same data order and budget, evaluated on held-out prompts, and compared to a baseline with paired confidence intervals.
 - `dflash_nb.train`: The DFlash training loop: a `Trainer` whose `fit`, `one_step` and `one_batch` read like the algorithm; exact resume, DDP or FSDP under torchrun, and the `dflash-train` command.
-- `dflash_nb.trees`: A tree of drafts from one block: built best-first from the block's marginals, verified with a tree mask, walked along the target's own choices. Offline evaluation and online decoding both use it."""
+- `dflash_nb.trees`: A tree of drafts from one block: built best-first from the block's marginals, verified with a tree mask, walked along the target's own choices. Offline evaluation and online decoding both use it.
+- `dflash_nb.verify`: One cached target forward that captures the drafter's taps; a hybrid's Gated DeltaNet layers run node by node so that a rejected tail can be undone; the cache cut back to the accepted tokens. The code that re-runs transformers' Gated DeltaNet forward or edits its cache layers is all here: this notebook is what the transformers pin guards."""
 
 __version__ = "0.0.1"

@@ -6,61 +6,21 @@ Docs: https://dflash-nb.github.io/dflash_nb/decode.html.md"""
 
 # %% ../nbs/07_decode.ipynb #4a6dc2f6
 from __future__ import annotations
-import hashlib, inspect, time
-from contextlib import contextmanager, nullcontext
+import time
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 import torch
-import torch.nn.functional as F
-import transformers
-from packaging.version import Version
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
-from .config import TAP_CONVENTION
-import dflash_nb.drafting  # noqa: F401 (adds DFlashDraftModel.draft_step, which every round calls)
-from .target import Target, linear_attention_layers, kernel_callers, plain_function
-from .extract import capture_layers, tap_sites, prompt_token_ids, eos_token_ids
+from .target import Target, linear_attention_layers
+from .extract import prompt_token_ids, eos_token_ids
 from .trees import DraftTree, build_tree, tree_attention_mask, walk_tree
+from .verify import (TargetPass, new_cache, target_pass, check_gdn_forward, drop_last_kv, keep_node_state,
+                              keep_kv)
 
 # %% auto #0
-__all__ = ['GDN_TESTED', 'GDN_FORWARDS', 'TargetPass', 'new_cache', 'target_pass', 'clock', 'stop_ids', 'finish_tokens',
-           'greedy_generate', 'Decoding', 'gdn_fingerprint', 'check_gdn_forward', 'check_decodable', 'start_decoding',
-           'accepted_prefix', 'draft_block', 'conv_windows', 'delta_rule_tree', 'NodeByNodeMixer', 'node_by_node',
-           'attention_length', 'keep_node_state', 'drop_last_kv', 'rollback', 'chain_round', 'tree_inputs', 'keep_kv',
-           'tree_round', 'speculative_generate', 'decode_comparison', 'time_per_token']
-
-# %% ../nbs/07_decode.ipynb #e5bf587b
-@dataclass
-class TargetPass:
-    "One cached target forward: greedy next token at each position, the drafter's taps, per-node linear states."
-    next_tokens: torch.Tensor   # [T]
-    taps: torch.Tensor          # [T, n_taps*H], ascending tap ids
-    node_states: dict           # {linear layer: (conv windows [C, T, K], recurrent states [T, 1, Hv, dk, dv])}
-
-# %% ../nbs/07_decode.ipynb #522982d2
-def new_cache(target: Target) -> DynamicCache:
-    "An empty cache shaped for `target` (KV for attention layers, conv + recurrent state for linear ones)."
-    return DynamicCache(config=target.model.config)
-
-# %% ../nbs/07_decode.ipynb #7c8a45aa
-def _tap_request(taps) -> tuple:
-    "(tap ids, convention) of `taps`: tap ids, or a (tap ids, convention) pair."
-    return taps if isinstance(taps, tuple) and len(taps) == 2 and isinstance(taps[1], str) else (taps, TAP_CONVENTION)
-
-# %% ../nbs/07_decode.ipynb #79185201
-@torch.no_grad()
-def target_pass(target: Target, ids, cache: DynamicCache, taps, parents: torch.Tensor | None = None,
-                logits_to_keep: int = 0) -> TargetPass:
-    "Run `target` on `ids` after `cache` (which it extends), capture `taps`; next tokens of the last `logits_to_keep`."
-    ids, position_ids, attention_mask = ids if isinstance(ids, tuple) else (ids, None, None)
-    tap_ids, convention = _tap_request(taps)
-    sites = tap_sites(tap_ids, target.num_layers, convention)
-    by_node = nullcontext({}) if parents is None else node_by_node(target, parents)
-    with capture_layers(target.decoder_layers, sites) as got, by_node as states:
-        logits = target.model(input_ids=ids[None].to(target.model.device), cache=cache, use_cache=True,
-                              position_ids=position_ids, attention_mask=attention_mask,
-                              logits_to_keep=logits_to_keep).logits
-    return TargetPass(logits[0].argmax(-1), torch.cat([got[k] for k in sorted(got)], -1)[0], states)
+__all__ = ['clock', 'stop_ids', 'finish_tokens', 'greedy_generate', 'Decoding', 'check_decodable', 'start_decoding',
+           'accepted_prefix', 'draft_block', 'rollback', 'chain_round', 'tree_inputs', 'tree_round',
+           'speculative_generate', 'decode_comparison', 'time_per_token']
 
 # %% ../nbs/07_decode.ipynb #634f1f52
 def clock(device) -> float:
@@ -122,31 +82,6 @@ class Decoding:
         if phase: self.times[phase] += now - self.last
         self.last = now
 
-# %% ../nbs/07_decode.ipynb #75c29cc4
-GDN_TESTED = (5, 25)      # the newest transformers release the node-by-node verify is tested on (and 5.24)
-GDN_FORWARDS = {"08cf65a63ca582a2": "5.24.0", "c3f84d4dbbfdd723": "5.25.0"}   # gdn_fingerprint: tested in
-
-def gdn_fingerprint(layer: torch.nn.Module) -> str:
-    "The first 16 hex digits of sha256 of the source of `layer`'s class forward and its `kernel_callers`."
-    fwd = inspect.unwrap(type(layer).forward)
-    fns = [fwd] + [inspect.unwrap(plain_function(fwd.__globals__[n])) for n in kernel_callers(fwd)]
-    try: src = "".join(inspect.getsource(f) for f in fns)
-    except (OSError, TypeError): return "no source"
-    return hashlib.sha256(src.encode()).hexdigest()[:16]
-
-# %% ../nbs/07_decode.ipynb #9278803c
-def check_gdn_forward(target: Target, version: str | None = None) -> None:
-    "A NotImplementedError if `target` has Gated DeltaNet layers whose forward transformers `version` may have changed."
-    v, layers = version or transformers.__version__, linear_attention_layers(target.model)
-    if not layers or Version(v).release[:2] <= GDN_TESTED: return
-    if unknown := {gdn_fingerprint(m) for m in layers} - set(GDN_FORWARDS):
-        below = f"{GDN_TESTED[0]}.{GDN_TESTED[1] + 1}"
-        raise NotImplementedError(f"transformers {v} is newer than the {'.'.join(map(str, GDN_TESTED))} dflash_nb "
-                                  f"is tested on, and the Gated DeltaNet forward of {target.name!r} (fingerprint "
-                                  f"{min(unknown)}) is not one speculative decoding re-runs node by node; install "
-                                  f"transformers<{below} (pip install 'transformers<{below}'), as dflash_nb's "
-                                  "requirements say.")
-
 # %% ../nbs/07_decode.ipynb #2adc4b7e
 def check_decodable(target: Target, drafter, tree_budget: int | None = None):
     "Raise a ValueError naming the problem if `drafter` cannot speculate for `target` (with a tree of `tree_budget`)."
@@ -191,90 +126,6 @@ def draft_block(s: Decoding) -> torch.Tensor:
     s.pending = s.pending[:, :0]
     return logits
 
-# %% ../nbs/07_decode.ipynb #c1d1219f
-def conv_windows(parents: torch.Tensor, k: int) -> torch.Tensor:
-    "[T, k] columns of cat(conv state (k columns), the T nodes' inputs): each node's conv window, oldest first."
-    up = torch.cat([(torch.arange(k) - 1).clamp(min=0), torch.where(parents >= 0, parents + k, k - 1)])
-    cols = [k + torch.arange(len(parents))]
-    for _ in range(k - 1): cols.insert(0, up[cols[0]])
-    return torch.stack(cols, 1)
-
-# %% ../nbs/07_decode.ipynb #e4fe982e
-def delta_rule_tree(qkv: tuple, g, beta, state: torch.Tensor, parents: torch.Tensor):
-    "Gated delta rule per node from its parent's state (-1: `state`): outputs [T, H, dv], states [T, 1, H, dk, dv]."
-    (q, k, v), out, states = qkv, [], []
-    for i, p in enumerate(parents.tolist()):
-        s = (state if p < 0 else states[p]) * g[i].exp()[:, None, None]
-        s = s + k[i][:, :, None] * ((v[i] - (s * k[i][:, :, None]).sum(-2)) * beta[i][:, None])[..., None, :]
-        states.append(s)
-        out.append((s * q[i][:, :, None]).sum(-2)[0])
-    return torch.stack(out), torch.stack(states)
-
-# %% ../nbs/07_decode.ipynb #e4e08f66
-def _l2norm(x): return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + 1e-6)   # as transformers'
-
-@dataclass
-class NodeByNodeMixer:
-    "A Qwen3.5 Gated DeltaNet forward over tree nodes that records each node's (conv window, recurrent state)."
-    m: torch.nn.Module             # the layer's GatedDeltaNet module
-    parents: torch.Tensor          # [T] each node's parent among the nodes, -1: the cached prefix
-    windows: torch.Tensor          # [T, K] conv_windows(parents, K)
-    record: dict                   # {layer index: (conv windows [C, T, K], recurrent states [T, 1, Hv, dk, dv])}
-
-    def qkv(self, h: torch.Tensor, conv_state: torch.Tensor):
-        "Per-node q, k, v [T, heads, d] after the causal conv along each node's ancestors; the conv windows [C, T, K]."
-        m, T = self.m, h.shape[0]
-        x = torch.cat([conv_state[0], m.in_proj_qkv(h).T.to(conv_state.dtype)], -1)[:, self.windows]
-        w = m.conv1d.weight[:, 0, None, :]
-        y = F.silu((x.to(w.dtype) * w).sum(-1)).T.to(h.dtype)
-        q, k, v = y.split([m.key_dim, m.key_dim, m.value_dim], -1)
-        q, k = (_l2norm(t.reshape(T, -1, m.head_k_dim).float()) for t in (q, k))
-        rep = lambda t: t.repeat_interleave(m.num_v_heads // m.num_k_heads, 1)
-        return rep(q) / m.head_k_dim ** 0.5, rep(k), v.reshape(T, -1, m.head_v_dim).float(), x
-
-    def __call__(self, hidden_states: torch.Tensor, cache: DynamicCache, **kwargs):
-        m, h = self.m, hidden_states[0]
-        q, k, v, windows = self.qkv(h, cache.get_conv_state(m.layer_idx))
-        g = -m.A_log.float().exp() * F.softplus(m.in_proj_a(h).float() + m.dt_bias)
-        beta = m.in_proj_b(h).sigmoid().float()
-        o, states = delta_rule_tree((q, k, v), g, beta, cache.get_recurrent_state(m.layer_idx).float(), self.parents)
-        self.record[m.layer_idx] = (windows, states)
-        o = m.norm(o.to(h.dtype).reshape(-1, m.head_v_dim), m.in_proj_z(h).reshape(-1, m.head_v_dim))
-        return m.out_proj(o.reshape(1, len(h), -1))
-
-# %% ../nbs/07_decode.ipynb #ae14e749
-@contextmanager
-def node_by_node(target: Target, parents: torch.Tensor):
-    "Within: the target's Gated DeltaNet layers run over nodes with `parents`; yields their per-node states by layer."
-    record, mixers, parents = {}, linear_attention_layers(target.model), torch.as_tensor(parents).cpu()
-    windows = {k: conv_windows(parents, k) for k in {m.conv_kernel_size for m in mixers}}    # one per kernel size
-    try:
-        for m in mixers:
-            m.forward = NodeByNodeMixer(m, parents, windows[m.conv_kernel_size], record)
-        yield record
-    finally:
-        for m in mixers: vars(m).pop("forward", None)
-
-# %% ../nbs/07_decode.ipynb #91ee946e
-def attention_length(cache: DynamicCache) -> int:
-    "The positions the attention layers of `cache` hold (0 with none)."
-    return next((l.get_seq_length() for l in cache.layers if isinstance(l, DynamicLayer)), 0)
-
-def keep_node_state(cache: DynamicCache, node_states: dict, node: int):
-    "Set each linear-attention layer's conv and recurrent state to those after `node`, its token count to the KV's."
-    n = attention_length(cache)                         # the attention layers are cut first
-    for i, (windows, states) in node_states.items():
-        l = cache.layers[i]
-        l.conv_states[0].copy_(windows[:, node])          # [C, K] into [1, C, K]
-        l.recurrent_states[0].copy_(states[node])
-        if hasattr(l, "cumulative_length_linear"): l.cumulative_length_linear.fill_(n)
-
-# %% ../nbs/07_decode.ipynb #1d5d06e4
-def drop_last_kv(cache: DynamicCache, n: int):
-    "Remove the last `n` positions from every attention layer of `cache`."
-    for l in cache.layers:
-        if isinstance(l, DynamicLayer) and n: DynamicLayer.crop(l, -n)
-
 # %% ../nbs/07_decode.ipynb #4bfab540
 def rollback(s: Decoding, verify: TargetPass, keep: int, fed: int):
     "Leave `s.cache` as if only the first `keep` of the `fed` chain-verified tokens had been fed."
@@ -305,15 +156,6 @@ def tree_inputs(tree: DraftTree, bonus: int, start: int, dtype=torch.float32, de
     see = torch.cat([torch.ones(len(tree) + 1, start, dtype=torch.bool), tree_attention_mask(tree)], 1)
     mask = torch.zeros(see.shape, dtype=dtype).masked_fill(~see, torch.finfo(dtype).min)
     return ids, pos, mask[None, None].to(device)
-
-# %% ../nbs/07_decode.ipynb #6df538aa
-def keep_kv(cache: DynamicCache, start: int, keep: torch.Tensor):
-    "In every attention layer keep positions < `start`, then the entries `start + keep` (in that order)."
-    idx = torch.cat([torch.arange(start), start + keep.cpu()])
-    for l in cache.layers:
-        if isinstance(l, DynamicLayer):
-            at = idx.to(l.keys.device)
-            l.keys, l.values = l.keys[..., at, :], l.values[..., at, :]
 
 # %% ../nbs/07_decode.ipynb #8bdd26ff
 def tree_round(s: Decoding, budget: int):

@@ -553,3 +553,6 @@ def param_counts(model: DFlashDraftModel) -> dict:
     out = {"fc": 0, "layers": 0, "norms": 0}
     for k, v in sd.items(): out[part(k)] += v.numel()
     return {**out, "total": sum(out.values())}
+
+# %% ../nbs/01_model.ipynb #1c9d85d0
+from . import drafting  # noqa: E402,F401 (defines DFlashDraftModel.draft_step, .block_drafts, ...)
