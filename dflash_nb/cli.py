@@ -8,10 +8,11 @@ Docs: https://dflash-nb.github.io/dflash_nb/cli.html.md"""
 from __future__ import annotations
 import difflib, io, sys
 from contextlib import contextmanager, redirect_stderr
+from pathlib import Path
 import yaml
 
 # %% auto #0
-__all__ = ['REFUSED', 'refusals', 'exit_status', 'check_keys']
+__all__ = ['REFUSED', 'refusals', 'exit_status', 'check_keys', 'read_settings']
 
 # %% ../nbs/00b_cli.ipynb #1804cd59
 REFUSED = (ValueError, OSError, yaml.YAMLError)   # refused inputs: bad settings and values, files, YAML
@@ -42,3 +43,12 @@ def check_keys(d: dict, valid, where: str):
     hints = [f"{k!r}" + (f" (did you mean {m[0]!r}?)" if (m := near(k)) else "") for k in bad]
     raise ValueError(f"Unknown key{'s' if len(bad) > 1 else ''} in {where}: {', '.join(hints)}. "
                      f"Valid keys: {sorted(valid)}.")
+
+# %% ../nbs/00b_cli.ipynb #82c401ce
+def read_settings(path, valid, what: str, **overrides) -> dict:
+    "The YAML mapping of `what` keys in file `path`, `overrides` (None: not given) applied, keys checked against `valid`."
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(raw, dict): raise ValueError(f"{path} must hold a mapping of {what} keys, not {type(raw).__name__}.")
+    raw |= {k: v for k, v in overrides.items() if v is not None}
+    check_keys(raw, valid, str(path))
+    return raw

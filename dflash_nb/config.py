@@ -10,10 +10,9 @@ import json, math, warnings
 from dataclasses import dataclass, field, fields, asdict, replace
 from pathlib import Path
 from fastcore.basics import patch
-import yaml
 from transformers import Qwen3Config
 from .storage import atomic_write
-from .cli import check_keys
+from .cli import check_keys, read_settings
 
 # %% auto #0
 __all__ = ['TAP_CONVENTION', 'TAP_CONVENTIONS', 'FUSIONS', 'LAYER_TYPES', 'DEFAULT_ROPE_THETA', 'POSITIVE_DIMS', 'ROPE_TYPES',
@@ -495,10 +494,6 @@ DRAFTER_KEYS = {f.name for f in fields(DFlashConfig)} - {"hidden_size", "vocab_s
 
 def load_train_config(path, **overrides) -> TrainConfig:
     "A validated `TrainConfig` from YAML file `path`, with `overrides` applied."
-    raw = yaml.safe_load(Path(path).read_text()) or {}
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path} must hold a mapping of TrainConfig keys, not {type(raw).__name__}.")
-    raw |= {k: v for k, v in overrides.items() if v is not None}
-    check_keys(raw, {f.name for f in fields(TrainConfig)}, str(path))
+    raw = read_settings(path, {f.name for f in fields(TrainConfig)}, "TrainConfig", **overrides)
     check_keys(raw.get("drafter") or {}, DRAFTER_KEYS, f"{path} (drafter)")
     return TrainConfig(**raw).validate()

@@ -150,7 +150,7 @@ class RowsLoss:
 
 # %% ../nbs/04b_objective.ipynb #4058ee19
 class ChunkedRowsLoss(torch.autograd.Function):
-    "(loss, correct, labels) of `RowsLoss` over the rows of states `h`, `chunk` rows at a time, keeping only their gradients."
+    "(loss, correct, labels) of `RowsLoss` over states `h`, `chunk` rows at a time, keeping only their gradients."
     @staticmethod
     def forward(ctx, h: torch.Tensor, rows_loss: RowsLoss, chunk: int):
         grad, parts = torch.empty_like(h), []
@@ -177,7 +177,7 @@ class ChunkedRowsLoss(torch.autograd.Function):
 # %% ../nbs/04b_objective.ipynb #b769ebcd
 def step_loss(model, b: Batch, dc: DFlashConfig, cfg: TrainConfig, head: TargetHead, fc_in: torch.Tensor | None = None,
               targets: Batch | None = None) -> dict:
-    "Loss and bookkeeping of micro-batch `b`, `cfg.loss_chunk` anchors at a time; the drafter reads `fc_in` (else `b`'s)."
+    "Loss and bookkeeping of batch `b`, `cfg.loss_chunk` anchors at a time; the drafter reads `fc_in` (else `b`'s)."
     fc_in, tb = b.fc_taps if fc_in is None else fc_in, b if targets is None else targets
     with _autocast(b, cfg):   # anchors: sampled valid; the final states when chunked, else the whole logits
         out = model(b.input_ids, fc_in, b.anchors, cfg.attn_impl, check=False, hidden=cfg.loss_chunk > 0)

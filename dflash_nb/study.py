@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse, json, math, shutil, statistics, time
 from dataclasses import dataclass, field, asdict, fields, replace
 from pathlib import Path
-import yaml
 from fastcore.basics import patch
 from matplotlib.figure import Figure
 from .storage import atomic_write
@@ -18,7 +17,7 @@ from .cache import HiddenStateCache
 from .model import DFlashDraftModel
 from .config import TrainConfig, DRAFTER_KEYS
 from .train import Trainer, read_metrics, RESUME_FREE
-from .cli import check_keys
+from .cli import check_keys, read_settings
 from .evaluate import offline_tau, markdown_table
 from .diagnostics import retrofit_fused
 from .cli import refusals
@@ -154,12 +153,7 @@ def validate(self: StudyConfig) -> StudyConfig:
 # %% ../nbs/12_recipe_study.ipynb #f62b194a
 def load_study_config(path, **overrides) -> StudyConfig:
     "A validated `StudyConfig` from YAML file `path`, with `overrides` (None: not overridden) applied."
-    raw = yaml.safe_load(Path(path).read_text()) or {}
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path} must hold a mapping of study keys, not {type(raw).__name__}.")
-    raw |= {k: v for k, v in overrides.items() if v is not None}
-    check_keys(raw, {f.name for f in fields(StudyConfig)}, str(path))
-    return StudyConfig(**raw).validate()
+    return StudyConfig(**read_settings(path, {f.name for f in fields(StudyConfig)}, "study", **overrides)).validate()
 
 # %% ../nbs/12_recipe_study.ipynb #a404c30e
 @dataclass

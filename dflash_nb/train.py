@@ -23,10 +23,11 @@ from .checkpoint import (CheckpointState, save_checkpoint, latest_checkpoint, re
                                   checkpoint_weights, resume_changes, tensor_digest, whole_weights,
                                   whole_optimizer_state, load_optimizer_state)
 from .batches import BatchPlan, make_batch, step_generator, online_taps, online_data
-from .objective import TargetHead, step_loss, acceptance_counts, acceptance_metrics, noise_level, noisy_fc_input, run_callbacks
-from .distributed import (DIST_TIMEOUT, resolve_device, init_distributed, parallelize, all_sum, whole_tensor,
-                                   gather_objects, check_dist_timeout, add_machine_options, nodes_from_args, die_with_parent,
-                                   start_ranks, peer_failure)
+from .objective import (TargetHead, step_loss, acceptance_counts, acceptance_metrics, noise_level,
+                                 noisy_fc_input, run_callbacks)
+from .distributed import (DIST_TIMEOUT, resolve_device, init_distributed, parallelize, all_sum,
+                                   whole_tensor, gather_objects, check_dist_timeout, add_machine_options,
+                                   nodes_from_args, die_with_parent, start_ranks, peer_failure)
 from .cli import refusals
 
 # %% auto #0
@@ -85,7 +86,8 @@ class Trainer:
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.step += 1
-        return dict(step=self.step, lr=lr, noise=noise, t0=t0, counts=counts, loss=loss, tokens=toks, grad_norm=grad_norm)
+        return dict(step=self.step, lr=lr, noise=noise, t0=t0, counts=counts, loss=loss, tokens=toks,
+                    grad_norm=grad_norm)
 
     def one_batch(self, micro: int) -> tuple:
         "Forward and backward of micro-batch `micro`: (acceptance counts, loss) on the device, and its token count."
@@ -173,7 +175,7 @@ def lr_at(step: int, total: int, base: float, warmup: float) -> float:
 # %% ../nbs/04a_train.ipynb #70cbefc2
 @patch
 def record(self: Trainer, sums: dict) -> dict:
-    "The metrics of a step from its `one_step` sums: summed over ranks, read by the host at once, after `check_finite`; callbacks may add to it."
+    "A step's metrics from its `one_step` sums: summed over ranks, read at once after `check_finite`; callbacks add."
     self.check_finite()
     toks = torch.full((1,), sums["tokens"], dtype=torch.float64, device=self.device)
     tot = all_sum(torch.cat([sums["counts"].flatten(), sums["loss"].view(1), toks]))
@@ -298,7 +300,7 @@ def checkpoint_to_resume(cfg: TrainConfig, world: int) -> Path | None:
 
 # %% ../nbs/04a_train.ipynb #96903d97
 def build_drafter(cfg: TrainConfig, dc: DFlashConfig, target, device: torch.device, world: int) -> tuple:
-    "(the drafter on `device`: fresh (seeded), from `init_from` or with the weights it resumes; the checkpoint or None)."
+    "(the drafter on `device`: fresh (seeded), from `init_from`, or the weights it resumes; that checkpoint or None)."
     tm = target.model
     torch.manual_seed(cfg.seed)
     if (at := tm.get_input_embeddings().weight.device) != torch.empty(0, device=device).device:
