@@ -41,6 +41,8 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, target, data, model: DFlashDraftModel, opt: torch.optim.Optimizer,
                  wrapped: nn.Module | None = None, cbs=()):
         self.cfg, self.target, self.data, self.model, self.opt = cfg, target, data, model, opt
+        check_compatible(data, target_hash=target.config_hash, tap_ids=model.config.target_layer_ids,
+                         convention=model.config.tap_convention)      # the data is this target's, with the taps
         self.wrapped, self.cbs, self.dc, self.step = wrapped or model, list(cbs), model.config, 0
         self.rank, self.world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
         self.device, self.out = model.embed_tokens.weight.device, Path(cfg.out_dir)
@@ -272,7 +274,7 @@ def init_final_norm(model: DFlashDraftModel, target_norm: nn.Module, how: str) -
 
 # %% ../nbs/04a_train.ipynb #82ad47ac
 def load_run_inputs(cfg: TrainConfig, device: torch.device, rank: int, world: int, target=None, data=None) -> tuple:
-    "(target, data, drafter config) of `cfg`'s run: loaded unless given, the cache checked against the drafter."
+    "(target, data, drafter config) of `cfg`'s run: loaded unless given."
     from dflash_nb.target import load_target, load_target_heads
     data = HiddenStateCache(cfg.cache) if data is None and cfg.cache else data
     if target is None and data is not None: target = load_target_heads(cfg.target, device=device)
@@ -282,7 +284,6 @@ def load_run_inputs(cfg: TrainConfig, device: torch.device, rank: int, world: in
     init = DFlashDraftModel.from_pretrained(cfg.init_from).config if cfg.init_from else None
     if data is None: data = online_data(cfg, target, online_taps(cfg, target, init), rank, world)
     dc = init or drafter_config_for(cfg, target, data)
-    check_compatible(data, target_hash=target.config_hash, tap_ids=dc.target_layer_ids, convention=dc.tap_convention)
     return target, data, dc
 
 # %% ../nbs/04a_train.ipynb #feff6fa6
