@@ -16,9 +16,10 @@ from .cli import check_keys, read_settings
 
 # %% auto #0
 __all__ = ['TAP_CONVENTION', 'TAP_CONVENTIONS', 'FUSIONS', 'LAYER_TYPES', 'DEFAULT_ROPE_THETA', 'POSITIVE_DIMS', 'ROPE_TYPES',
-           'ATTENTION_MODES', 'HONOURED', 'DFLASH_HONOURED', 'CHECKED', 'DFLASH_CHECKED', 'IGNORED', 'REFUSED',
-           'DFLASH_REFUSED', 'LOSSES', 'SOURCES', 'SCHEDULES', 'PARALLELS', 'INIT_NORMS', 'FIELD_TYPES', 'DRAFTER_KEYS',
-           'hidden_state_index', 'default_target_layer_ids', 'fc_tap_ids', 'DFlashConfig', 'LayerAttention',
+           'ATTENTION_MODES', 'HONOURED', 'DFLASH_HONOURED', 'CHECKED', 'DFLASH_CHECKED', 'DFLASH2_KEYS',
+           'DFLASH2_HONOURED', 'DFLASH2_CHECKED', 'IGNORED', 'REFUSED', 'DFLASH_REFUSED', 'LOSSES', 'SOURCES',
+           'SCHEDULES', 'PARALLELS', 'INIT_NORMS', 'FIELD_TYPES', 'DRAFTER_KEYS', 'hidden_state_index',
+           'default_target_layer_ids', 'fc_tap_ids', 'DFlashConfig', 'LayerAttention', 'is_dflash2_config',
            'check_hub_fields', 'read_hub_config', 'hub_field_table', 'TrainConfig', 'check_repro_noise',
            'load_train_config']
 
@@ -55,7 +56,7 @@ DEFAULT_ROPE_THETA = float(Qwen3Config().rope_parameters["rope_theta"])   # tran
 
 @dataclass
 class DFlashConfig:
-    "A DFlash drafter: decoder dims, block, taps into the target, attention and RoPE, and the fusion layout."
+    "A DFlash or DFlash 2 drafter: decoder dims, block, taps, attention and RoPE, fusion, DFlash 2's conv and selector."
     hidden_size: int = 5120
     num_hidden_layers: int = 5
     num_attention_heads: int = 32
@@ -76,6 +77,13 @@ class DFlashConfig:
     block_causal: list[bool] | None = None
     fusion: str = "fused"
     tap_convention: str = TAP_CONVENTION
+    conv_kernel_size: int = 0           # DFlash 2: taps of the dynamic conv around each sublayer (0: none)
+    conv_group_size: int = 16           # DFlash 2: channels per group of the conv's dynamic kernels
+    selector_rank: int = 0              # DFlash 2: rank of the candidate selector's transitions (0: no selector)
+    selector_top_k: int = 16            # DFlash 2: candidates per slot (the target head's top-K)
+    input_embedding_scale: float = 1.0  # multiplies the block's token embeddings
+    output_multiplier: float = 1.0      # multiplies the head's logits before the softcap (selector scores)
+    final_logit_softcapping: float | None = None   # c: scores -> c·tanh(scores/c) (selector scores); None: off
 
     def __post_init__(self):
         _check_dims(self)
@@ -155,6 +163,25 @@ def _check_rope(c: DFlashConfig):
         raise ValueError(f"partial_rotary_factor={p['partial_rotary_factor']} is not implemented: "
                          "Qwen3 attention rotates every dim.")
 
+# %% ../nbs/00_config.ipynb #ba8f8de3
+def _check_dflash2(c: DFlashConfig):
+    k, s, H = c.conv_kernel_size, c.conv_group_size, c.hidden_size
+    if not (_is_int(k) and 0 <= k <= c.block_size):
+        raise ValueError(f"conv_kernel_size={k!r} must be an integer in 0..block_size={c.block_size} (0: no conv).")
+    if not (_is_int(s) and s >= 1 and H % s == 0):
+        raise ValueError(f"conv_group_size={s!r} must divide hidden_size={H} (it is channels per group, e.g. 16).")
+    if not (_is_int(c.selector_rank) and c.selector_rank >= 0):
+        raise ValueError(f"selector_rank={c.selector_rank!r} must be an integer >= 0 (0: no selector).")
+    if not (_is_int(c.selector_top_k) and 1 <= c.selector_top_k <= c.vocab_size):
+        raise ValueError(f"selector_top_k={c.selector_top_k!r} must be an integer in 1..vocab_size={c.vocab_size}.")
+    for name in ("input_embedding_scale", "output_multiplier"):
+        v = getattr(c, name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v == 0:
+            raise ValueError(f"{name}={v!r} must be a finite non-zero number (1: off).")
+    cap = c.final_logit_softcapping
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 < cap < math.inf):
+        raise ValueError(f"final_logit_softcapping={cap!r} must be a positive number, or None for no softcap.")
+
 # %% ../nbs/00_config.ipynb #288c52be
 @patch
 def validate(self: DFlashConfig):
@@ -163,6 +190,13 @@ def validate(self: DFlashConfig):
     _check_taps(self)
     _check_layers(self)
     _check_rope(self)
+    _check_dflash2(self)
+
+# %% ../nbs/00_config.ipynb #dc8e6b8d
+@patch(as_prop=True)
+def kind(self: DFlashConfig) -> str:
+    "`dflash2` when the drafter has DFlash 2's conv or selector, else `dflash`."
+    return "dflash2" if self.conv_kernel_size or self.selector_rank else "dflash"
 
 # %% ../nbs/00_config.ipynb #5b783cdf
 @patch(as_prop=True)
@@ -216,11 +250,15 @@ HONOURED = ("hidden_size num_hidden_layers num_attention_heads num_key_value_hea
             "target_layer_ids rope_theta rope_parameters rope_scaling layer_types sliding_window use_sliding_window "
             "max_window_layers is_causal dflash_config").split()
 DFLASH_HONOURED = ("mask_token_id target_layer_ids block_size fusion tap_convention causal is_causal block_causal "
-                   "use_swa swa_window_size").split()
-CHECKED = {"architectures": (["DFlashDraftModel"],), "model_type": ("qwen3", "llama"), "hidden_act": ("silu",),
+                   "use_swa swa_window_size num_target_layers").split()
+CHECKED = {"architectures": (["DFlashDraftModel"], ["DFlash2DraftModel"]), "model_type": ("qwen3", "llama"), "hidden_act": ("silu",),
            "attention_bias": (False,), "attention_dropout": (0, 0.0)}
 DFLASH_CHECKED = {"output_multiplier": (1, 1.0), "final_logit_softcapping": (None, 0, 0.0),
                   "input_embedding_scale": (1, 1.0)}
+DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k", "input_embedding_scale",
+                "output_multiplier", "final_logit_softcapping")
+DFLASH2_HONOURED = DFLASH_HONOURED + list(DFLASH2_KEYS)
+DFLASH2_CHECKED = {"sample_from_anchor": (False, None)}
 
 # %% ../nbs/00_config.ipynb #6d6e70d0
 IGNORED = {"_name_or_path": "provenance", "transformers_version": "provenance",
@@ -240,10 +278,9 @@ REFUSED = {"speculators_model_type": "a speculators-format config; export the dr
                                                "write DFlash ids to dflash_config.target_layer_ids",
            "draft_vocab_size": "a reduced draft vocabulary (d2t/t2d maps) is not implemented",
            "quantization_config": "quantized drafter weights are not implemented; dequantize to bf16/fp32"}
-DFLASH_REFUSED = {"conv_group_size": "DFlash2 grouped convolutions are not implemented",
-                  "conv_kernel_size": "DFlash2 grouped convolutions are not implemented",
-                  "selector_rank": "the DFlash2 candidate selector is not implemented",
-                  "selector_top_k": "the DFlash2 candidate selector is not implemented"}
+DFLASH_REFUSED = {k: "a DFlash 2 field in a config whose architectures say DFlashDraftModel; a DFlash 2 checkpoint "
+                     "says [\"DFlash2DraftModel\"]" for k in ("conv_group_size", "conv_kernel_size", "selector_rank",
+                                                              "selector_top_k", "sample_from_anchor")}
 
 # %% ../nbs/00_config.ipynb #3e0f0599
 def _refuse(key: str, value, why: str):
@@ -259,18 +296,23 @@ def _check_group(d: dict, honoured, checked: dict, refused: dict, prefix: str = 
                                               "if it does not, or convert the checkpoint"))
 
 # %% ../nbs/00_config.ipynb #edfb9ddb
+def is_dflash2_config(d: dict) -> bool:
+    "Whether hub config `d` is a DFlash 2 drafter's (its `architectures`)."
+    return d.get("architectures") == ["DFlash2DraftModel"]
+
 def check_hub_fields(d: dict):
     "Raise naming the first field of hub config `d` that this workbench does not implement."
     _check_group(d, HONOURED, CHECKED, REFUSED)
-    _check_group(d.get("dflash_config") or {}, DFLASH_HONOURED, DFLASH_CHECKED, DFLASH_REFUSED, "dflash_config.")
+    honoured, checked = (DFLASH2_HONOURED, DFLASH2_CHECKED) if is_dflash2_config(d) else (DFLASH_HONOURED, DFLASH_CHECKED)
+    _check_group(d.get("dflash_config") or {}, honoured, checked, DFLASH_REFUSED, "dflash_config.")
 
 # %% ../nbs/00_config.ipynb #8082356c
 _DFLASH_KEYS = ("mask_token_id", "target_layer_ids", "block_size", "fusion", "tap_convention")
 _OWN_KEYS = ("rope_parameters", "block_causal")
 
 def _causal_fields(c: DFlashConfig) -> dict:
-    "How `block_causal` is written: nothing for the reference rule, `is_causal` when uniform, else our own list."
-    if c.block_causal == [t == "sliding_attention" for t in c.layer_types]: return {}
+    "How `block_causal` is written: nothing for DFlash's reference rule, `is_causal` when uniform, else our own list."
+    if c.kind == "dflash" and c.block_causal == [t == "sliding_attention" for t in c.layer_types]: return {}
     if len(set(c.block_causal)) == 1: return {"is_causal": c.block_causal[0]}
     return {"dflash_config": {"block_causal": c.block_causal}}
 
@@ -278,11 +320,12 @@ def _causal_fields(c: DFlashConfig) -> dict:
 @patch
 def to_hub_dict(self: DFlashConfig) -> dict:
     "The config as a hub `config.json` dict (the reference implementation reads the same fields)."
-    top = {k: v for k, v in asdict(self).items() if k not in _DFLASH_KEYS + _OWN_KEYS}
+    top = {k: v for k, v in asdict(self).items() if k not in _DFLASH_KEYS + _OWN_KEYS + DFLASH2_KEYS}
     rope = {"rope_type": "default", **(self.rope_parameters or {}), "rope_theta": self.rope_theta}
     causal = _causal_fields(self)
-    dc = {k: getattr(self, k) for k in _DFLASH_KEYS} | causal.pop("dflash_config", {})
-    return {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", **top, "rope_parameters": rope,
+    two = self.kind == "dflash2"
+    dc = {k: getattr(self, k) for k in _DFLASH_KEYS + DFLASH2_KEYS * two} | causal.pop("dflash_config", {})
+    return {"architectures": ["DFlash2DraftModel" if two else "DFlashDraftModel"], "model_type": "qwen3", **top, "rope_parameters": rope,
             "hidden_act": "silu", "attention_bias": False, "tie_word_embeddings": False,
             "use_sliding_window": self.sliding_window is not None, **causal, "dflash_config": dc}
 
@@ -343,6 +386,25 @@ def _tap_ids(d: dict, dc: dict, L: int, n_fc_taps: int | None) -> list[int]:
                   f"{L}-layer target: {ids}. Record them in dflash_config.target_layer_ids to silence this.")
     return ids
 
+# %% ../nbs/00_config.ipynb #632b3d78
+def _dflash2_fields(d: dict, dc: dict) -> dict:
+    "DFlash 2's fields of hub config `d` (its `dflash_config`: `dc`); none for a DFlash config."
+    if not is_dflash2_config(d): return {}
+    need = lambda k: _required({}, dc, k, "a DFlash 2 config records it in dflash_config (see its model card)")
+    cap = dc.get("final_logit_softcapping")
+    return dict(conv_kernel_size=need("conv_kernel_size"), conv_group_size=need("conv_group_size"),
+                selector_rank=need("selector_rank"), selector_top_k=need("selector_top_k"),
+                input_embedding_scale=dc.get("input_embedding_scale", 1.0),
+                output_multiplier=dc.get("output_multiplier", 1.0),
+                final_logit_softcapping=cap if cap is not None and cap > 0 else None)
+
+# %% ../nbs/00_config.ipynb #63a78601
+def _num_target_layers(d: dict, dc: dict) -> int | None:
+    "The target depth a config records (in dflash_config or at the top level; they must agree), or None."
+    said = {v for v in (dc.get("num_target_layers"), d.get("num_target_layers")) if v is not None}
+    if len(said) > 1: raise ValueError(f"config.json records num_target_layers twice, differently: {sorted(said)}.")
+    return next(iter(said), None)
+
 # %% ../nbs/00_config.ipynb #bedeb680
 @patch(cls_method=True)
 def from_hub_dict(cls: DFlashConfig, d: dict, fusion: str | None = None, n_fc_taps: int | None = None,
@@ -353,7 +415,7 @@ def from_hub_dict(cls: DFlashConfig, d: dict, fusion: str | None = None, n_fc_ta
     recorded = dc.get("fusion")
     if fusion and recorded and fusion != recorded:
         raise ValueError(f"config.json records fusion={recorded!r} but the weights imply {fusion!r}.")
-    L = d.get("num_target_layers") or num_target_layers
+    L = _num_target_layers(d, dc) or num_target_layers
     if L is None: _required(d, dc, "num_target_layers", "add the target's num_hidden_layers (or pass the target)")
     theta, rope = _rope(hf)
     dims = {k: getattr(hf, k) for k in _QWEN3_KEYS[:9]}
@@ -361,7 +423,8 @@ def from_hub_dict(cls: DFlashConfig, d: dict, fusion: str | None = None, n_fc_ta
                block_size=dc.get("block_size", d.get("block_size", 16)), target_layer_ids=_tap_ids(d, dc, L, n_fc_taps),
                mask_token_id=_required(d, dc, "mask_token_id", "add the mask token id the drafter was trained with "
                                        "(public Qwen3.5/3.6 DFlash drafters use 248070)"),
-               fusion=fusion or recorded or "fused", tap_convention=dc.get("tap_convention", TAP_CONVENTION))
+               fusion=fusion or recorded or "fused", tap_convention=dc.get("tap_convention", TAP_CONVENTION),
+               **_dflash2_fields(d, dc))
 
 # %% ../nbs/00_config.ipynb #781672ea
 @patch

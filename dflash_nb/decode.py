@@ -86,6 +86,9 @@ class Decoding:
 def check_decodable(target: Target, drafter, tree_budget: int | None = None):
     "Raise a ValueError naming the problem if `drafter` cannot speculate for `target` (with a tree of `tree_budget`)."
     c, types = drafter.config, target.layer_types or ["full_attention"] * target.num_layers
+    if c.kind != "dflash":
+        raise NotImplementedError("Online decoding with a DFlash 2 drafter is not implemented yet: evaluate it offline "
+                                  "(dflash-eval, offline_tau), which runs its convs and selector.")
     want = (c.num_target_layers, c.hidden_size, c.vocab_size)
     got = (target.num_layers, target.hidden_size, target.vocab_size)
     if want != got:

@@ -158,6 +158,9 @@ def step(self: LayerWeights, x: torch.Tensor, rows: BlockRows, kv: tuple, attend
 def draft_step(self: DFlashDraftModel, anchor: torch.Tensor, context: ContextCache, taps: torch.Tensor):
     "Append fc taps [1, t, n_fc*H] to `context` and draft the block at token `anchor` [1]: (logits [B-1, V], context)."
     c, start, p = self.config, context.length, context.length + taps.shape[1]
+    if c.kind != "dflash":
+        raise NotImplementedError("Online drafting with a DFlash 2 drafter is not implemented yet: evaluate it offline "
+                                  "(dflash-eval, offline_tau), which runs its convs and selector.")
     end = p + c.block_size
     self.check_positions(end - 1)
     with torch.inference_mode():                   # less per-op bookkeeping than no_grad
@@ -173,7 +176,7 @@ def draft_step(self: DFlashDraftModel, anchor: torch.Tensor, context: ContextCac
 
 # %% ../nbs/01a_drafting.ipynb #773bbf23
 class BlockDrafts:
-    "Blocks at `anchors` [n] (`tokens`) over `ctx` rows `rows`; the last layer runs in `hidden`, where asked."
+    "Blocks at `anchors` [n] (`tokens`) over `ctx` rows `rows`; the last layer runs in `hidden`, where asked (DFlash)."
     def __init__(self, model: DFlashDraftModel, ctx: ContextCache, rows: torch.Tensor, tokens: torch.Tensor,
                  anchors: torch.Tensor):
         c, dev, n = model.config, model.device, len(rows)
@@ -188,11 +191,15 @@ class BlockDrafts:
         for layer, layer_kv, k in zip(model.layers[:-1], kv, c.layer_attention):
             x = layer(x, layer_kv, *self.rope, sdpa_attend(masks[k]))
         self.model, self.x, self.mask = model, x, masks[c.layer_attention[-1]]
-        self.h, self.kv = model.layers[-1].keys(x, kv[-1], *self.rope)
+        self.final = None
+        if c.conv_kernel_size:       # DFlash 2: a conv mixes each row with the rows before it, so the last layer runs whole
+            self.final = model.norm(model.layers[-1](x, kv[-1], *self.rope, sdpa_attend(self.mask)))
+        else: self.h, self.kv = model.layers[-1].keys(x, kv[-1], *self.rope)
 
     def hidden(self, sel, lo: int, hi: int | None) -> torch.Tensor:
         "Final hidden states [n_sel, hi-lo, H] of draft slots lo..hi-1 (block slots lo+1..hi) of blocks `sel` or all."
         pick, s = (lambda t: t) if sel is None else (lambda t: t[sel]), slice(lo + 1, None if hi is None else hi + 1)
+        if self.final is not None: return pick(self.final)[:, s]
         cos, sin = (pick(t)[:, s] for t in self.rope)
         x = self.model.layers[-1].finish(pick(self.x)[:, s], pick(self.h)[:, s], tuple(map(pick, self.kv)), cos, sin,
                                          sdpa_attend(pick(self.mask)[:, :, s]))

@@ -24,9 +24,9 @@ from .cli import refusals
 # %% auto #0
 __all__ = ['SPANS', 'ROW_BYTES', 'BLOCKS_PER_CALL', 'REPLAY_ROWS', 'SMALL_N', 'SHOW', 'accept_chain', 'accept_tree', 'replay',
            'pad_stack', 'prompt_contexts', 'blocks_per_call', 'AnchorDrafts', 'anchor_drafts', 'replay_prompts',
-           'OfflineResult', 'round_acceptance', 'offline_result', 'offline_tau_many', 'offline_tau', 'comparison_rows',
-           'markdown_table', 'wilson_interval', 'plot_acceptance', 'load_drafters', 'compare', 'eval_parser',
-           'eval_main']
+           'OfflineResult', 'round_acceptance', 'offline_result', 'offline_tau_many', 'offline_tau', 'selector_slots',
+           'comparison_rows', 'markdown_table', 'wilson_interval', 'plot_acceptance', 'load_drafters', 'compare',
+           'eval_parser', 'eval_main']
 
 # %% ../nbs/06_evaluate.ipynb #f04e61d2
 def accept_chain(logits: torch.Tensor, truth: torch.Tensor) -> int:
@@ -81,8 +81,11 @@ def prompt_contexts(model: DFlashDraftModel, taps: list) -> ContextCache:
 # %% ../nbs/06_evaluate.ipynb #237523cf
 SPANS = ((0, 1), (1, 3), (3, 7), (7, None))     # chain slots scored together: rows go on while all were right
 
-def _chain_accepts(model: DFlashDraftModel, hidden, truth: torch.Tensor) -> torch.Tensor:
+def _chain_accepts(model: DFlashDraftModel, hidden, truth: torch.Tensor, anchor_tokens: torch.Tensor) -> torch.Tensor:
     "Leading greedy drafts matching `truth` [n, B-1] (-1 past the end); `hidden(rows, lo, hi)`: draft slots lo..hi-1."
+    if model.candidate_selector is not None:      # DFlash 2: the selector walks each whole block from its anchor
+        drafts = model.draft_tokens(hidden(None, 0, None), anchor_tokens.to(model.device)).cpu()
+        return (drafts == truth).int().cumprod(1).sum(1)
     got, alive = torch.zeros(len(truth), dtype=torch.long), torch.arange(len(truth))
     for lo, hi in SPANS:
         if not len(alive) or lo >= truth.shape[1]: break
@@ -132,7 +135,7 @@ def anchor_drafts(model: DFlashDraftModel, ctx: ContextCache, input_ids: list, a
     r = torch.tensor([used[i] for i in rows.tolist()])
     truths = ids[r[:, None], p[:, None] + torch.arange(1, B)]
     blocks = model.block_drafts(ctx, rows, ids[r, p], p)
-    accepts = _chain_accepts(model, blocks.hidden, truths).tolist() if chain else []
+    accepts = _chain_accepts(model, blocks.hidden, truths, ids[r, p]).tolist() if chain else []
     return AnchorDrafts({a: j for j, a in enumerate(anchors)}, blocks, truths, accepts)
 
 # %% ../nbs/06_evaluate.ipynb #6ce0b939
@@ -241,6 +244,38 @@ def offline_tau(model: DFlashDraftModel, cache: HiddenStateCache, indices=None, 
                 name: str = "drafter", transform=None) -> OfflineResult:
     "Chain and DDTree τ, per-position acceptance and the τ histogram of `model` over `cache` samples `indices`."
     return offline_tau_many(model, cache, {name: transform}, indices, budgets)[name]
+
+# %% ../nbs/06_evaluate.ipynb #dcd70cb4
+def _slot_counts(model: DFlashDraftModel, blocks: BlockDrafts, anchor_tokens: torch.Tensor, truth: torch.Tensor):
+    "Per slot [4, B-1]: reached (earlier walk drafts right), truth a candidate, walk wrong there, argmax wrong."
+    h = blocks.hidden(None, 0, None)
+    cand, unary = model.candidates(h)
+    walk = model.candidate_selector.walk(anchor_tokens.to(model.device), h, cand, unary)[0].cpu()
+    cand, truth = cand.cpu(), truth[:, :walk.shape[1]]
+    right = walk == truth
+    reached = F.pad(right.int().cumprod(1)[:, :-1], (1, 0), value=1).bool() & (truth >= 0)
+    listed = (cand == truth[..., None]).any(-1)
+    rows = [reached, reached & listed, reached & listed & ~right, reached & (cand[..., 0] != truth)]
+    return torch.stack([r.sum(0) for r in rows])
+
+@torch.no_grad()
+def selector_slots(model: DFlashDraftModel, cache: HiddenStateCache, indices=None) -> dict:
+    "Per draft slot of a DFlash 2 drafter: top-K recall, selector error and argmax error where its walk got there."
+    c = model.config
+    if model.candidate_selector is None: raise ValueError("selector_slots needs a DFlash 2 drafter with a selector.")
+    check_compatible(cache, tap_ids=c.fc_layer_ids, convention=c.tap_convention)
+    counts = torch.zeros(4, c.block_size - 1, dtype=torch.long)
+    for group in _groups(_samples(cache, indices, c.fc_layer_ids), REPLAY_ROWS):
+        ids, starts, taps = zip(*group)
+        ctx = prompt_contexts(model, list(taps))
+        anchors = [(i, p) for i, (x, s) in enumerate(zip(ids, starts)) for p in range(s, len(x) - 1)]
+        for part in _groups(anchors, blocks_per_call(model, ctx)):
+            d = anchor_drafts(model, ctx, list(ids), part, chain=False)
+            counts += _slot_counts(model, d.blocks, torch.stack([ids[r][q] for r, q in part]), d.truths)
+    reached, listed, missed, argmax_wrong = counts.double()
+    return {"reached": reached.long().tolist(), "topk_recall": (listed / reached.clamp(min=1)).tolist(),
+            "selector_error": (missed / listed.clamp(min=1)).tolist(),
+            "argmax_error": (argmax_wrong / reached.clamp(min=1)).tolist()}
 
 # %% ../nbs/06_evaluate.ipynb #47bc5553
 def comparison_rows(results: list[OfflineResult], positions=(1, 2, 4, 8, 15)) -> list[dict]:

@@ -17,13 +17,15 @@ from transformers import Qwen3Config
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 from .config import DFlashConfig, read_hub_config, fc_tap_ids
+from .dflash2 import DynamicConv, CandidateSelector, unary_scores
 from .storage import atomic_write
 
 # %% auto #0
 __all__ = ['ATTN_IMPLS', 'SHARED_PREFIXES', 'rms_norm', 'RMSNorm', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope', 'SwiGLU',
            'dflash_mask_mod', 'dense_mask', 'sdpa_attend', 'make_attend', 'DFlashAttention', 'FusedContext',
            'DFlashDecoderLayer', 'DFlashDraftModel', 'ContextCache', 'per_anchor_logits', 'drafter_state_dict',
-           'read_drafter_tensors', 'infer_fusion', 'hub_drafter_config', 'describe_drafter', 'param_counts']
+           'read_drafter_tensors', 'infer_fusion', 'hub_drafter_config', 'describe_drafter', 'param_counts',
+           'upgrade_to_dflash2']
 
 # %% ../nbs/01_model.ipynb #a1d0c001
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -190,26 +192,35 @@ class FusedContext:
 
 # %% ../nbs/01_model.ipynb #fd82720d
 class DFlashDecoderLayer(nn.Module):
-    "Pre-norm attention (with injected context) + SwiGLU MLP."
+    "Pre-norm attention (with injected context) + SwiGLU MLP; DFlash 2 wraps each sublayer in a `DynamicConv`."
     def __init__(self, c: DFlashConfig):
         super().__init__()
         self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.self_attn, self.mlp = DFlashAttention(c), SwiGLU(c.hidden_size, c.intermediate_size)
+        conv = lambda: DynamicConv(c.hidden_size, c.conv_kernel_size, c.conv_group_size, c.block_size)
+        self.attention_conv, self.mlp_conv = (conv(), conv()) if c.conv_kernel_size else (None, None)
 
     def context_kv(self, ctx):
         "This layer's context keys and values: `ctx` itself, or projected from a `FusedContext`."
         return self.self_attn.project_kv(ctx.h, ctx.cos, ctx.sin) if isinstance(ctx, FusedContext) else ctx
 
-    def feed_forward(self, x): return x + self.mlp(self.post_attention_layernorm(x))
+    def sublayer(self, conv: DynamicConv | None, f, h):
+        "Sublayer `f` on normed input `h`, inside the dynamic `conv` (DFlash 2) when there is one."
+        if conv is None: return f(h)
+        h, delta = conv.prepare(h)
+        return conv.finish(f(h), delta)
+
+    def feed_forward(self, x): return x + self.sublayer(self.mlp_conv, self.mlp, self.post_attention_layernorm(x))
 
     def forward(self, x, ctx, cos, sin, attend):
         "`ctx`: this layer's context (keys, values), or a `FusedContext` to project them from."
         kv = self.context_kv(ctx)
-        return self.feed_forward(x + self.self_attn(self.input_layernorm(x), kv, cos, sin, attend))
+        attn = lambda h: self.self_attn(h, kv, cos, sin, attend)
+        return self.feed_forward(x + self.sublayer(self.attention_conv, attn, self.input_layernorm(x)))
 
     def keys(self, x, ctx, cos, sin):
-        "(normed block, keys and values it attends to) of block `x`; `ctx` as in `forward`."
+        "(normed block, keys and values it attends to) of block `x`; `ctx` as in `forward` (DFlash only)."
         kv = self.context_kv(ctx)
         h = self.input_layernorm(x)
         return h, self.self_attn.block_kv(h, kv, cos, sin)
@@ -230,9 +241,14 @@ class DFlashDraftModel(nn.Module):
         self.fc = nn.Linear(c.fc_in_features, c.hidden_size, bias=False)
         self.hidden_norm, self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps), RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.layers = nn.ModuleList(DFlashDecoderLayer(c) for _ in range(c.num_hidden_layers))
+        self.candidate_selector = (CandidateSelector(c.hidden_size, c.vocab_size, c.selector_rank)
+                                   if c.selector_rank else None)
         self._rope = None   # (inv_freq, scale), computed on first use
         for m in self.modules():
             if isinstance(m, nn.Linear): nn.init.normal_(m.weight, std=0.02)
+        for m in self.modules():              # DFlash 2's modules start as the identity and as no transition
+            if isinstance(m, DynamicConv): m.reset_to_identity()
+            if isinstance(m, CandidateSelector): m.reset()
         self.attach_shared(embed_tokens or nn.Embedding(c.vocab_size, c.hidden_size),
                            lm_head or nn.Linear(c.hidden_size, c.vocab_size, bias=False))
 
@@ -336,9 +352,10 @@ def check_target(self: DFlashDraftModel):
 # %% ../nbs/01_model.ipynb #16c1dceb
 @patch
 def embed_blocks(self: DFlashDraftModel, anchor_tokens: torch.Tensor) -> torch.Tensor:
-    "The target's embeddings of the blocks at `anchor_tokens` [...], in the drafter's dtype: [..., block_size, H]."
+    "The target's embeddings of the blocks at `anchor_tokens` [...], drafter dtype, scaled: [..., B, H]."
     self.check_target()
-    return self.embed_tokens(self.block_ids(anchor_tokens)).to(self.fc.weight.dtype)
+    x = self.embed_tokens(self.block_ids(anchor_tokens)).to(self.fc.weight.dtype)
+    return x if self.config.input_embedding_scale == 1 else x * self.config.input_embedding_scale
 
 # %% ../nbs/01_model.ipynb #05eca836
 @patch
@@ -516,7 +533,8 @@ def from_pretrained(cls: DFlashDraftModel, path: str | Path, target_model: nn.Mo
     with torch.device("meta"): model = cls(hub_drafter_config(raw, tensors["fc.weight"].shape, target_model))
     _check_keys(model, tensors, path)
     model.load_state_dict(tensors, strict=False, assign=True)
-    for name in ("fc", "hidden_norm", "layers", "norm"): getattr(model, name).to(dtype=dtype, device=device)
+    for name in ("fc", "hidden_norm", "layers", "norm", "candidate_selector"):
+        if (m := getattr(model, name)) is not None: m.to(dtype=dtype, device=device)
     if target_model is not None: return model.attach_target(target_model)
     model.embed_tokens = model.lm_head = None       # no random stand-ins: drafting needs attach_target
     return model
@@ -531,6 +549,10 @@ def describe_drafter(model: DFlashDraftModel, name: str = "drafter") -> str:
     lines = [f"{name}: {c.fusion}, fc taps {c.fc_layer_ids} of {c.num_target_layers} ({c.tap_convention}){loss_only}",
              f"  block {c.block_size}, mask token {c.mask_token_id}, dtype {dtype}, target {target}",
              f"  RoPE {rope.pop('rope_type')}, theta {c.rope_theta:g}" + (f", {rope}" if rope else "")]
+    if c.kind == "dflash2":
+        conv = f"conv {c.conv_kernel_size} taps, groups of {c.conv_group_size}" if c.conv_kernel_size else "no conv"
+        sel = f"selector rank {c.selector_rank} over top-{c.selector_top_k}" if c.selector_rank else "no selector"
+        lines.append(f"  DFlash 2: {conv}; {sel}")
     for i, a in enumerate(c.layer_attention):
         window = "none" if a.window is None else a.window
         lines.append(f"  layer {i}: {a.kind:<17} window {window!s:<6} "
@@ -547,12 +569,48 @@ def with_attention(self: DFlashDraftModel, mode: str = "config") -> DFlashDraftM
 
 # %% ../nbs/01_model.ipynb #33487e8a
 def param_counts(model: DFlashDraftModel) -> dict:
-    "Parameters the drafter owns, by part: fc, layers, norms, total (borrowed embeddings/lm_head excluded)."
+    "Parameters the drafter owns, by part: fc, layers (with DFlash 2's convs), norms, selector, total (borrowed embeddings/lm_head excluded)."
     sd = drafter_state_dict(model)
-    part = lambda k: "fc" if k.startswith("fc.") else "layers" if k.startswith("layers.") else "norms"
-    out = {"fc": 0, "layers": 0, "norms": 0}
+    parts = (("fc.", "fc"), ("layers.", "layers"), ("candidate_selector.", "selector"))
+    part = lambda k: next((p for prefix, p in parts if k.startswith(prefix)), "norms")
+    out = {"fc": 0, "layers": 0, "norms": 0, "selector": 0}
     for k, v in sd.items(): out[part(k)] += v.numel()
     return {**out, "total": sum(out.values())}
+
+# %% ../nbs/01_model.ipynb #d34aa061
+@patch
+def candidates(self: DFlashDraftModel, h: torch.Tensor) -> tuple:
+    "(the target head's top-K token ids, their unary scores) of slot states `h` [..., H] (DFlash 2's candidates)."
+    c = self.config
+    return unary_scores(self.logits(h), c.selector_top_k, c.output_multiplier, c.final_logit_softcapping)
+
+@patch
+def draft_tokens(self: DFlashDraftModel, h: torch.Tensor, anchor_tokens: torch.Tensor, selector: bool = True):
+    "Greedy drafts [N, S] of slot states `h` [N, S, H] after `anchor_tokens` [N]: the selector's walk, else argmax."
+    if selector and self.candidate_selector is not None:
+        return self.candidate_selector.walk(anchor_tokens, h, *self.candidates(h))[0]
+    return self.logits(h).argmax(-1)
+
+@patch
+def without_selector(self: DFlashDraftModel) -> DFlashDraftModel:
+    "A view of this drafter (weights shared) that drafts each slot's argmax: DFlash 2 with its selector off."
+    view = copy.copy(self)
+    view._modules = dict(self._modules)         # a copy's own module table: the drafter keeps its selector
+    view.candidate_selector = None
+    return view
+
+# %% ../nbs/01_model.ipynb #e75504a3
+def upgrade_to_dflash2(model: DFlashDraftModel, conv_kernel_size: int = 2, conv_group_size: int = 16,
+                       selector_rank: int = 256, selector_top_k: int = 16) -> DFlashDraftModel:
+    "A DFlash 2 drafter computing what DFlash drafter `model` computes: its weights, DFlash 2's modules at their start."
+    if model.config.kind != "dflash":
+        raise ValueError("upgrade_to_dflash2 takes a DFlash drafter; this one is DFlash 2 already.")
+    c = dc_replace(model.config, conv_kernel_size=conv_kernel_size, conv_group_size=conv_group_size,
+                   selector_rank=selector_rank, selector_top_k=selector_top_k)
+    w = model.fc.weight
+    with torch.device(w.device): new = DFlashDraftModel(c, model.embed_tokens, model.lm_head).to(w.dtype)
+    new.load_state_dict(drafter_state_dict(model), strict=False)
+    return new
 
 # %% ../nbs/01_model.ipynb #1c9d85d0
 from . import drafting  # noqa: E402,F401 (defines DFlashDraftModel.draft_step, .block_drafts, ...)

@@ -302,6 +302,9 @@ def checkpoint_to_resume(cfg: TrainConfig, world: int) -> Path | None:
 # %% ../nbs/04a_train.ipynb #96903d97
 def build_drafter(cfg: TrainConfig, dc: DFlashConfig, target, device: torch.device, world: int) -> tuple:
     "(the drafter on `device`: fresh (seeded), from `init_from`, or the weights it resumes; that checkpoint or None)."
+    if dc.selector_rank:
+        raise NotImplementedError("Training DFlash 2's candidate selector is not implemented yet: train with "
+                                  "drafter.selector_rank: 0 (DFlash 2's convs alone), or a DFlash drafter.")
     tm = target.model
     torch.manual_seed(cfg.seed)
     if (at := tm.get_input_embeddings().weight.device) != torch.empty(0, device=device).device:
