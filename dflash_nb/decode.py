@@ -86,9 +86,6 @@ class Decoding:
 def check_decodable(target: Target, drafter, tree_budget: int | None = None):
     "Raise a ValueError naming the problem if `drafter` cannot speculate for `target` (with a tree of `tree_budget`)."
     c, types = drafter.config, target.layer_types or ["full_attention"] * target.num_layers
-    if c.kind != "dflash":
-        raise NotImplementedError("Online decoding with a DFlash 2 drafter is not implemented yet: evaluate it offline "
-                                  "(dflash-eval, offline_tau), which runs its convs and selector.")
     want = (c.num_target_layers, c.hidden_size, c.vocab_size)
     got = (target.num_layers, target.hidden_size, target.vocab_size)
     if want != got:
@@ -124,7 +121,7 @@ def accepted_prefix(drafts: torch.Tensor, target_next: torch.Tensor) -> int:
 
 # %% ../nbs/07_decode.ipynb #3f201ecd
 def draft_block(s: Decoding) -> torch.Tensor:
-    "The drafter's logits [B-1, V] for slots 1.. of the block anchored at the bonus; the pending taps join the context."
+    "The drafter's scores [B-1, V] (logits, or DFlash 2's walk) for slots 1.. of the block at the bonus; pending taps join."
     logits, s.context = s.drafter.draft_step(torch.tensor([s.tokens[-1]], device=s.device), s.context, s.pending)
     s.pending = s.pending[:, :0]
     return logits

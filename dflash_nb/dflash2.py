@@ -86,11 +86,13 @@ class CandidateSelector(nn.Module):
 # %% ../nbs/01b_dflash2.ipynb #9eb29ab5
 @patch
 def walk(self: CandidateSelector, anchor: torch.Tensor, h: torch.Tensor, cand: torch.Tensor, unary: torch.Tensor):
-    "Greedy drafts [N, S] (and choice indices) from anchors [N], slot states [N, S, H], candidates and unary [N, S, K]."
-    prev, tokens, picks = anchor, [], []
+    "Greedy drafts [N, S], choice indices [N, S] and the scores they were chosen by [N, S, K] (after the walk's tokens)."
+    prev, tokens, picks, scores = anchor, [], [], []
     for s in range(cand.shape[1]):
-        j = (unary[:, s] + self.transition(prev, h[:, s], cand[:, s])).argmax(-1)
+        score = unary[:, s] + self.transition(prev, h[:, s], cand[:, s])
+        j = score.argmax(-1)
         prev = cand[:, s].gather(1, j[:, None])[:, 0]
         tokens.append(prev)
         picks.append(j)
-    return torch.stack(tokens, 1), torch.stack(picks, 1)
+        scores.append(score)
+    return torch.stack(tokens, 1), torch.stack(picks, 1), torch.stack(scores, 1)

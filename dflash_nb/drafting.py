@@ -156,11 +156,12 @@ def step(self: LayerWeights, x: torch.Tensor, rows: BlockRows, kv: tuple, attend
 # %% ../nbs/01a_drafting.ipynb #588c6609
 @patch
 def draft_step(self: DFlashDraftModel, anchor: torch.Tensor, context: ContextCache, taps: torch.Tensor):
-    "Append fc taps [1, t, n_fc*H] to `context` and draft the block at token `anchor` [1]: (logits [B-1, V], context)."
+    "Append fc taps [1, t, n_fc*H] to `context`, draft the block at token `anchor` [1]: (scores [B-1, V], context)."
     c, start, p = self.config, context.length, context.length + taps.shape[1]
-    if c.kind != "dflash":
-        raise NotImplementedError("Online drafting with a DFlash 2 drafter is not implemented yet: evaluate it offline "
-                                  "(dflash-eval, offline_tau), which runs its convs and selector.")
+    if c.kind != "dflash":       # DFlash 2: the reference forward (its convs have no laid-out path), the walk's scores
+        with torch.inference_mode():
+            cache = self.extend_context(taps, context)
+            return self.draft_scores(self.draft_hidden(anchor, cache)[:, 1:], anchor)[0], cache
     end = p + c.block_size
     self.check_positions(end - 1)
     with torch.inference_mode():                   # less per-op bookkeeping than no_grad

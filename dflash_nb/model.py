@@ -386,15 +386,21 @@ def _run_layers(self: DFlashDraftModel, x, ctx: list, pos, anchors, ctx_len: int
 
 # %% ../nbs/01_model.ipynb #302f97d9
 @patch
-def draft_logits(self: DFlashDraftModel, anchor_tokens: torch.Tensor, cache: ContextCache,
+def draft_hidden(self: DFlashDraftModel, anchor_tokens: torch.Tensor, cache: ContextCache,
                  impl: str = "auto") -> torch.Tensor:
-    "Logits [N, block_size, V] of one block per row, anchored at position `cache.length` with tokens [N]."
+    "Final states [N, block_size, H] of one block per row, anchored at position `cache.length` with tokens [N]."
     B, p = self.config.block_size, cache.length
     self.check_positions(p + B - 1)
     x = self.embed_blocks(anchor_tokens)
     pos = torch.arange(p, p + B, device=x.device).expand(x.shape[0], -1)
     anchors = torch.full((x.shape[0], 1), p, device=x.device)
-    return self.logits(self._run_layers(x, cache.kv, pos, anchors, p, impl))
+    return self._run_layers(x, cache.kv, pos, anchors, p, impl)
+
+@patch
+def draft_logits(self: DFlashDraftModel, anchor_tokens: torch.Tensor, cache: ContextCache,
+                 impl: str = "auto") -> torch.Tensor:
+    "Logits [N, block_size, V] of one block per row, anchored at position `cache.length` with tokens [N]."
+    return self.logits(self.draft_hidden(anchor_tokens, cache, impl))
 
 # %% ../nbs/01_model.ipynb #320b37c9
 @patch
@@ -590,6 +596,14 @@ def draft_tokens(self: DFlashDraftModel, h: torch.Tensor, anchor_tokens: torch.T
     if selector and self.candidate_selector is not None:
         return self.candidate_selector.walk(anchor_tokens, h, *self.candidates(h))[0]
     return self.logits(h).argmax(-1)
+
+@patch
+def draft_scores(self: DFlashDraftModel, h: torch.Tensor, anchor_tokens: torch.Tensor) -> torch.Tensor:
+    "Per slot [N, S, V], what drafting maximises: the selector walk's scores (-inf off its candidates), else the logits."
+    if self.candidate_selector is None: return self.logits(h)
+    cand, unary = self.candidates(h)
+    scores = self.candidate_selector.walk(anchor_tokens, h, cand, unary)[2]
+    return torch.full((*cand.shape[:-1], self.config.vocab_size), -torch.inf, device=h.device).scatter(-1, cand, scores)
 
 @patch
 def without_selector(self: DFlashDraftModel) -> DFlashDraftModel:
