@@ -10,15 +10,17 @@ from dataclasses import replace
 from typing import NamedTuple
 import numpy as np
 import torch
+from contextlib import contextmanager
 from .model import DFlashDraftModel, drafter_state_dict
+from .dflash2 import DynamicConv
 from .cache import HiddenStateCache
 from .extract import capture_layers, tap_sites
-from .evaluate import offline_tau_many, OfflineResult
+from .evaluate import offline_tau, offline_tau_many, OfflineResult
 
 # %% auto #0
 __all__ = ['RMSStats', 'rms_stats', 'layer_rms_live', 'layer_rms_cache', 'plot_layer_norms', 'fc_blocks', 'fc_report',
            'plot_fc_report', 'plot_tau_histogram', 'tap_transform', 'tap_means', 'tap_ablation', 'deepest_tap_share',
-           'plot_ablation', 'retrofit_fused', 'plot_slot_gradients']
+           'plot_ablation', 'retrofit_fused', 'plot_slot_gradients', 'identity_convs', 'conv_report']
 
 # %% ../nbs/08_diagnostics.ipynb #afb13b00
 class RMSStats(NamedTuple):
@@ -246,3 +248,46 @@ def plot_slot_gradients(sg: dict, title: str = ""):
     axes[0].legend()
     if title: fig.suptitle(title)
     return fig
+
+# %% ../nbs/08_diagnostics.ipynb #4226df18
+@contextmanager
+def identity_convs(model: DFlashDraftModel, layers):
+    "Within: the convs of `layers` (indices) of DFlash 2 drafter `model` are the identity; restored on exit."
+    kept = {i: (model.layers[i].attention_conv, model.layers[i].mlp_conv) for i in layers}
+    try:
+        for i, convs in kept.items():
+            ident = [DynamicConv(c.base_kernel.shape[-1], c.taps, c.group_size, c.block_size).to(c.base_kernel)
+                     for c in convs]
+            model.layers[i].attention_conv, model.layers[i].mlp_conv = ident
+        yield model
+    finally:
+        for i, (a, m) in kept.items(): model.layers[i].attention_conv, model.layers[i].mlp_conv = a, m
+
+# %% ../nbs/08_diagnostics.ipynb #1c119ee1
+def _moved(conv: DynamicConv) -> float:
+    "Mean |base kernel - identity| of `conv`."
+    ident = torch.zeros_like(conv.base_kernel)
+    ident[:, 0] = 1
+    return (conv.base_kernel - ident).abs().mean().item()
+
+@torch.no_grad()
+def conv_report(model: DFlashDraftModel, cache: HiddenStateCache, indices=None) -> list[dict]:
+    "Per layer of a DFlash 2 drafter: each conv's base shift and mean |delta| over `cache`, τ with its convs off."
+    if not model.config.conv_kernel_size: raise ValueError("conv_report needs a DFlash 2 drafter with convs.")
+    convs = {(i, s): getattr(l, s) for i, l in enumerate(model.layers) for s in ("attention_conv", "mlp_conv")}
+    deltas = {k: [] for k in convs}
+    record = lambda k: lambda m, args, out: deltas[k].append(out.abs().mean().item())
+    hooks = [c.kernel_projection.register_forward_hook(record(k)) for k, c in convs.items()]
+    try: tau = offline_tau(model, cache, indices, budgets=()).tau
+    finally:
+        for h in hooks: h.remove()
+    rows = []
+    for i in range(len(model.layers)):
+        with identity_convs(model, [i]): off = offline_tau(model, cache, indices, budgets=()).tau
+        row = {"layer": i, "tau": round(tau, 3), "tau convs off": round(off, 3)}
+        for s in ("attention_conv", "mlp_conv"):
+            row |= {f"{s} base shift": round(_moved(convs[(i, s)]), 4),
+                    f"{s} |delta|": round(sum(deltas[(i, s)]) / max(1, len(deltas[(i, s)])), 4)}
+        rows.append(row)
+    with identity_convs(model, range(len(model.layers))): none = offline_tau(model, cache, indices, budgets=()).tau
+    return rows + [{"layer": "all", "tau": round(tau, 3), "tau convs off": round(none, 3)}]

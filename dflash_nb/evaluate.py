@@ -184,6 +184,7 @@ class OfflineResult:
     tau_tree: dict = field(default_factory=dict)   # DDTree budget -> τ
     rounds: list = field(default_factory=list)     # per prompt: chain τ_round of each round
     counts: dict = field(default_factory=dict)     # per slot: rounds checkable / accepted to it / reaching it
+    kind: str = "dflash"                            # dflash or dflash2 (see DFlashConfig.kind)
 
 # %% ../nbs/06_evaluate.ipynb #6e6566c2
 def round_acceptance(rounds, block_size: int) -> dict:
@@ -220,7 +221,7 @@ def offline_result(model: DFlashDraftModel, name: str, rounds: list, budgets) ->
     acc, tree = round_acceptance(chain, c.block_size), {b: _tau(sum(r, [])) for b, r in zip(budgets, rounds[1:])}
     return OfflineResult(name, c.fusion, c.fc_layer_ids, param_counts(model)["total"], _tau(chain),
                          [_tau(r) for r in per], acc["acc_cond"], acc["acc_cum"], hist, tree,
-                         [[n + 1 for n, _ in r] for r in per], acc["counts"])
+                         [[n + 1 for n, _ in r] for r in per], acc["counts"], c.kind)
 
 # %% ../nbs/06_evaluate.ipynb #15a29cff
 REPLAY_ROWS = 64          # contexts (prompt × transform) held and replayed at once
@@ -282,7 +283,8 @@ def comparison_rows(results: list[OfflineResult], positions=(1, 2, 4, 8, 15)) ->
     "One row per drafter: layout, fc taps, params, τ chain, τ per DDTree budget, acc@k (cumulative) at `positions`."
     rows = []
     for r in results:
-        row = {"drafter": r.name, "fusion": r.fusion, "fc taps": r.fc_layer_ids,
+        kind = {"kind": r.kind} if any(x.kind != "dflash" for x in results) else {}   # shown once DFlash 2 is there
+        row = {"drafter": r.name, **kind, "fusion": r.fusion, "fc taps": r.fc_layer_ids,
                "params (M)": round(r.params / 1e6, 2), "tau": round(r.tau, 3)}
         row |= {f"tau DDTree-{b}": round(t, 3) for b, t in r.tau_tree.items()}
         row |= {f"acc@{k}": round(r.acc_cum[k - 1], 3) for k in positions if k <= len(r.acc_cum)}
@@ -354,6 +356,15 @@ def load_drafters(drafters, target_model=None, attention: str = "config") -> dic
     _check_masks(models)
     return models
 
+# %% ../nbs/06_evaluate.ipynb #666a02cb
+def _with_selector_off(models: dict) -> dict:
+    "`models`, each DFlash 2 drafter with a selector followed by itself without it: the selector's lift, side by side."
+    out = {}
+    for n, m in models.items():
+        out[n] = m
+        if m.candidate_selector is not None: out[f"{n} (selector off)"] = m.without_selector()
+    return out
+
 # %% ../nbs/06_evaluate.ipynb #eccdf749
 SHOW = ("describe", "progress", "plot")
 
@@ -362,7 +373,7 @@ def compare(drafters, cache: HiddenStateCache, target_model=None, budgets=(8,), 
     from dflash_nb.target import config_hash
     show = (show,) if isinstance(show, str) else show
     if bad := set(show) - set(SHOW): raise ValueError(f"Unknown show {sorted(bad)}: use any of {SHOW}.")
-    models = load_drafters(drafters, target_model)
+    models = _with_selector_off(load_drafters(drafters, target_model))
     if "describe" in show: print("\n".join(describe_drafter(m, n) for n, m in models.items()))
     for m in models.values():      # every drafter's taps are in the cache, before minutes are spent on the first
         check_compatible(cache, tap_ids=m.config.fc_layer_ids, convention=m.config.tap_convention)
