@@ -497,6 +497,9 @@ class TrainConfig:
     parallel: str = "ddp"             # under torchrun: "ddp" (replicated drafter) or "fsdp" (sharded weights, AdamW)
     bf16: bool = True                 # bf16 autocast, on CUDA only
     progress: bool = True             # progress bar on rank 0
+    selector_weight: float = 1.0      # DFlash 2: weight of the selector's CE over its top-K candidates (0: off)
+    selector_warmup: float = 0.0      # DFlash 2: fraction of steps over which that weight ramps up from 0
+    selector_detach: bool = False     # DFlash 2: the selector's loss trains the selector only (no gradient upstream)
 
 # %% ../nbs/00_config.ipynb #17820414
 def _choice(name, value, options):
@@ -538,6 +541,9 @@ def _validate_run(self: TrainConfig) -> TrainConfig:
         raise ValueError("loss='kl' needs target logits: set target_source='final' (a cache with final states) "
                          "or 'deepest_tap'.")
     if self.slot_grads_every < 0: raise ValueError(f"slot_grads_every={self.slot_grads_every} must be >= 0 (0 = off).")
+    if self.selector_weight < 0: raise ValueError(f"selector_weight={self.selector_weight} must be >= 0 (0: off).")
+    if not 0 <= self.selector_warmup <= 1:
+        raise ValueError(f"selector_warmup={self.selector_warmup} must be a fraction of the steps, 0..1.")
     if self.loss_chunk < 0:
         raise ValueError(f"loss_chunk={self.loss_chunk} must be >= 0 (anchors per chunk of the loss; 0 = all at once).")
     if self.init_from and self.init_norm != "default":

@@ -12,13 +12,14 @@ from typing import NamedTuple
 import torch, torch.nn as nn, torch.nn.functional as F
 from .config import DFlashConfig, TrainConfig
 from .model import DFlashDraftModel
+from .dflash2 import unary_scores
 from .batches import Batch, make_batch, step_generator
 
 # %% auto #0
 __all__ = ['SLOT_LOSSES', 'slot_positions', 'target_logits', 'TargetHead', 'position_weights', 'prefix_correct', 'weighted_slots',
            'dflash_loss', 'acceptance_counts', 'acceptance_metrics', 'noise_level', 'noisy_fc_input', 'noisy_targets',
-           'rows_targets', 'loss_targets', 'RowsLoss', 'ChunkedRowsLoss', 'step_loss', 'slot_gradients',
-           'NoiseOnTargets', 'SlotGrads', 'run_callbacks']
+           'rows_targets', 'loss_targets', 'selector_terms', 'RowsLoss', 'ChunkedRowsLoss', 'step_loss',
+           'slot_gradients', 'NoiseOnTargets', 'SlotGrads', 'SelectorMetrics', 'run_callbacks']
 
 # %% ../nbs/04b_objective.ipynb #c4b95edb
 def slot_positions(b: Batch, block_size: int):
@@ -134,19 +135,44 @@ def _drafter(model) -> DFlashDraftModel:
     "The drafter inside a DDP wrapper (FSDP2 shards the drafter in place: it is the drafter itself)."
     return getattr(model, "module", model)
 
+# %% ../nbs/04b_objective.ipynb #af636b27
+def selector_terms(drafter: DFlashDraftModel, h: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor,
+                   prev: torch.Tensor, detach: bool = False) -> tuple:
+    "Per slot: selector CE at gold `labels` (0 where not a candidate), gold among the candidates, ranked first by it."
+    c = drafter.config
+    if detach: h, logits = h.detach(), logits.detach()
+    cand, unary = unary_scores(logits, c.selector_top_k, c.output_multiplier, c.final_logit_softcapping)
+    scores = unary + drafter.candidate_selector.transition(prev, h, cand)
+    gold = cand == labels[..., None]
+    listed = gold.any(-1)
+    ce = -(scores.log_softmax(-1) * gold).sum(-1)
+    return ce, listed, listed & (scores.argmax(-1) == gold.int().argmax(-1))
+
 # %% ../nbs/04b_objective.ipynb #6614b309
 class RowsLoss:
     "One chunk's work: the weighted slot loss of some block rows (anchors) from the drafter's final states."
-    def __init__(self, drafter: DFlashDraftModel, targets: Batch, cfg: TrainConfig, head: TargetHead):
+    def __init__(self, drafter: DFlashDraftModel, targets: Batch, cfg: TrainConfig, head: TargetHead,
+                 selector_weight: float = 0.0):
         self.drafter, self.targets, self.cfg, self.head = drafter, targets, cfg, head
         self.pos, self.sup = slot_positions(targets, drafter.config.block_size)
+        self.selector_weight = selector_weight if drafter.candidate_selector is not None else 0.0
+        self.selector_counts = torch.zeros(3, drafter.config.block_size - 1, dtype=torch.float64,
+                                           device=targets.input_ids.device)
 
     def __call__(self, h: torch.Tensor, rows: slice) -> tuple:
         "(Σ loss × weight, Σ weight, correct, labels) of block rows `rows`, whose final states are `h`."
         labels, soft, sup = rows_targets(self.targets, self.pos, self.sup, rows, *self.head)
         with _autocast(self.targets, self.cfg): logits = self.drafter.logits(h)
         per, w, correct = weighted_slots(logits, labels, sup, self.cfg, soft)
-        return (per * w).sum(), w.sum(), correct, labels
+        loss = (per * w).sum()
+        if self.selector_weight:       # DFlash 2: the selector's CE, on the same slots and weights
+            anchor = self.targets.input_ids.gather(1, self.targets.anchors[:, rows])
+            prev = torch.cat([anchor[..., None], labels[..., :-1]], -1)     # teacher-forced predecessors
+            ce, listed, right = selector_terms(self.drafter, h[:, :, 1:], logits[:, :, 1:], labels, prev,
+                                               self.cfg.selector_detach)
+            loss = loss + self.selector_weight * (ce * w).sum()
+            self.selector_counts += torch.stack([sup, listed & sup, right & sup]).sum((1, 2)).double()
+        return loss, w.sum(), correct, labels
 
 # %% ../nbs/04b_objective.ipynb #4058ee19
 class ChunkedRowsLoss(torch.autograd.Function):
@@ -176,19 +202,21 @@ class ChunkedRowsLoss(torch.autograd.Function):
 
 # %% ../nbs/04b_objective.ipynb #b769ebcd
 def step_loss(model, b: Batch, dc: DFlashConfig, cfg: TrainConfig, head: TargetHead, fc_in: torch.Tensor | None = None,
-              targets: Batch | None = None) -> dict:
+              targets: Batch | None = None, selector_weight: float | None = None) -> dict:
     "Loss and bookkeeping of batch `b`, `cfg.loss_chunk` anchors at a time; the drafter reads `fc_in` (else `b`'s)."
     fc_in, tb = b.fc_taps if fc_in is None else fc_in, b if targets is None else targets
+    weight = cfg.selector_weight if selector_weight is None else selector_weight
     with _autocast(b, cfg):   # anchors: sampled valid; the final states when chunked, else the whole logits
         out = model(b.input_ids, fc_in, b.anchors, cfg.attn_impl, check=False, hidden=cfg.loss_chunk > 0)
     if cfg.loss_chunk:
-        rows = RowsLoss(_drafter(model), tb, cfg, head)
+        rows = RowsLoss(_drafter(model), tb, cfg, head, weight)
         loss, correct, labels = ChunkedRowsLoss.apply(out, rows, cfg.loss_chunk)
-        sup = rows.sup
+        sup, selector = rows.sup, rows.selector_counts
     else:
         labels, soft, sup = loss_targets(tb, dc, *head)
-        loss, correct = dflash_loss(out, labels, sup, cfg, soft)
-    return {"loss": loss, "correct": correct, "supervised": sup, "labels": labels}
+        (loss, correct), selector = dflash_loss(out, labels, sup, cfg, soft), None
+    return {"loss": loss, "correct": correct, "supervised": sup, "labels": labels, "selector": selector,
+            "selector_weight": weight}
 
 # %% ../nbs/04b_objective.ipynb #3d43dd9a
 SLOT_LOSSES = ("ce", "kl", "kl+streak")
@@ -240,8 +268,26 @@ class SlotGrads:
         losses = SLOT_LOSSES if b.target_states is not None else ("ce",)
         return rec | {"slot_grads": slot_gradients(trainer.model, b, trainer.dc, cfg, trainer.head, losses)}
 
+# %% ../nbs/04b_objective.ipynb #95538df7
+class SelectorMetrics:
+    "Callback: DFlash 2's top-K recall and selector accuracy per slot, and the selector weight, in each record."
+    def __init__(self): self.counts, self.weight = None, None
+    def after_loss(self, trainer, out: dict) -> dict:
+        c, self.weight = out["selector"], out["selector_weight"]          # the weight this step's loss used
+        self.counts = c if self.counts is None else self.counts + c
+        return out
+    def after_record(self, trainer, rec: dict) -> dict:
+        from dflash_nb.distributed import all_sum
+        if self.counts is None: return rec
+        n, listed, right = all_sum(self.counts).tolist()
+        self.counts = None
+        recall = [a / max(1, b) for a, b in zip(listed, n)]
+        return rec | {"selector_weight": self.weight, "topk_recall": recall,
+                      "selector_acc": [a / max(1, b) for a, b in zip(right, listed)]}
+
 # %% ../nbs/04b_objective.ipynb #876e82bc
-def run_callbacks(cfg: TrainConfig) -> list:
-    "The callbacks of `cfg`'s study knobs: `NoiseOnTargets` if it reproduces the bug, `SlotGrads` if it records them."
+def run_callbacks(cfg: TrainConfig, dc: DFlashConfig | None = None) -> list:
+    "The callbacks of `cfg`'s study knobs (`NoiseOnTargets`, `SlotGrads`) and of a DFlash 2 selector (`SelectorMetrics`)."
     cbs = [NoiseOnTargets()] if cfg.repro_noise_on_targets else []
-    return cbs + ([SlotGrads(cfg.slot_grads_every)] if cfg.slot_grads_every else [])
+    cbs += [SlotGrads(cfg.slot_grads_every)] if cfg.slot_grads_every else []
+    return cbs + ([SelectorMetrics()] if dc is not None and dc.selector_rank else [])

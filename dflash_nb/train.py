@@ -97,7 +97,9 @@ class Trainer:
         ids = self.plan[self.step * self.cfg.grad_accum + micro]
         b = make_batch(self.data, ids, self.dc, self.cfg, g).to(self.device)
         fc_in = noisy_fc_input(b.fc_taps, self.noise, self.dc.hidden_size, noise_g)
-        out = step_loss(self.wrapped, b, self.dc, self.cfg, self.head, fc_in, self.callback("loss_targets", b, noise_g))
+        targets = self.callback("loss_targets", b, noise_g)
+        out = self.callback("after_loss", step_loss(self.wrapped, b, self.dc, self.cfg, self.head, fc_in, targets,
+                                                    self.selector_weight))
         self._watch(out["loss"], micro)
         (out["loss"] / self.cfg.grad_accum).backward()
         return acceptance_counts(out["correct"], out["supervised"]), out["loss"].detach(), b.loss_mask.numel()
@@ -122,7 +124,7 @@ def from_config(cls: Trainer, cfg: TrainConfig, target=None, data=None) -> Train
     wrapped = parallelize(model, cfg.parallel, world)
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trainable, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
-    trainer = cls(cfg, target, data, model, opt, wrapped, run_callbacks(cfg))
+    trainer = cls(cfg, target, data, model, opt, wrapped, run_callbacks(cfg, dc))
     if ck: trainer.resume_from(ck)
     out = check_output_dir(cfg.out_dir, 3 * sum(p.numel() * p.element_size() for p in trainer.params))
     out.mkdir(parents=True, exist_ok=True)
@@ -138,6 +140,12 @@ def train(cfg: TrainConfig, target=None, data=None, stop_after: int | None = Non
 def noise(self: Trainer) -> float:
     "The fc-input noise level at the current step."
     return noise_level(self.step, self.total, self.cfg.noise_std, self.cfg.noise_schedule)
+
+@patch(as_prop=True)
+def selector_weight(self: Trainer) -> float:
+    "DFlash 2's selector-loss weight at the current step: `selector_weight`, ramped up over `selector_warmup`."
+    ramp = self.cfg.selector_warmup * self.total
+    return self.cfg.selector_weight * (min(1.0, self.step / ramp) if ramp else 1.0)
 
 # %% ../nbs/04a_train.ipynb #1c069488
 @patch
@@ -302,9 +310,8 @@ def checkpoint_to_resume(cfg: TrainConfig, world: int) -> Path | None:
 # %% ../nbs/04a_train.ipynb #96903d97
 def build_drafter(cfg: TrainConfig, dc: DFlashConfig, target, device: torch.device, world: int) -> tuple:
     "(the drafter on `device`: fresh (seeded), from `init_from`, or the weights it resumes; that checkpoint or None)."
-    if dc.selector_rank:
-        raise NotImplementedError("Training DFlash 2's candidate selector is not implemented yet: train with "
-                                  "drafter.selector_rank: 0 (DFlash 2's convs alone), or a DFlash drafter.")
+    if dc.selector_rank and not cfg.loss_chunk:
+        raise ValueError("A DFlash 2 selector's loss runs in the loss's chunks: set loss_chunk > 0 (e.g. 32).")
     tm = target.model
     torch.manual_seed(cfg.seed)
     if (at := tm.get_input_embeddings().weight.device) != torch.empty(0, device=device).device:
