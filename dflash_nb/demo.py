@@ -12,20 +12,22 @@ from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from tqdm.auto import tqdm
 from .config import default_target_layer_ids
-from .model import DFlashDraftModel
+from .model import DFlashDraftModel, upgrade_to_dflash2
 from .storage import atomic_write
 from .cache import HiddenStateCache, CacheLayout, select_taps
 from .extract import cached_responses, extract_to_cache
 from .config import TrainConfig
 from .train import train, read_metrics
 from .objective import target_logits
-from .evaluate import offline_tau, comparison_rows, markdown_table, OfflineResult, plot_acceptance
+from .evaluate import offline_tau, comparison_rows, markdown_table, OfflineResult, plot_acceptance, selector_slots
+from .evaluate import with_selector_off
 from .cli import refusals
 
 # %% auto #0
-__all__ = ['STUDY_QUESTIONS', 'DemoConfig', 'quick_demo_config', 'eval_budgets', 'stage_cache', 'stage_train', 'stage_offline',
-           'label_agreement', 'stage_labels', 'plot_training', 'diagnostics_figures', 'stage_online', 'stage_ablation',
-           'DemoResults', 'study_answer', 'write_report', 'run_demo', 'demo_parser', 'demo_main']
+__all__ = ['STUDY_QUESTIONS', 'DemoConfig', 'quick_demo_config', 'eval_budgets', 'stage_cache', 'stage_train', 'stage_upgrade',
+           'stage_offline', 'label_agreement', 'stage_labels', 'plot_training', 'diagnostics_figures', 'stage_online',
+           'stage_ablation', 'stage_selector', 'DemoResults', 'study_answer', 'write_report', 'run_demo', 'demo_parser',
+           'demo_main']
 
 # %% ../nbs/10_demo.ipynb #05a2e240
 @dataclass
@@ -44,6 +46,8 @@ class DemoConfig:
     n_online_prompts: int | None = None   # online decoding of the first n eval prompts (None: all of them)
     seed: int = 0
     progress: bool = True             # progress bars for extraction, training and evaluation
+    dflash2: dict = field(default_factory=lambda: dict(conv_kernel_size=2, conv_group_size=16, selector_rank=32,
+                                                       selector_top_k=16))   # fused, upgraded ({}: no DFlash 2)
 
 # %% ../nbs/10_demo.ipynb #b2e0d001
 def quick_demo_config() -> DemoConfig:
@@ -66,12 +70,19 @@ def stage_cache(target, samples: list[dict], path: Path, tap_ids: list[int],
                                              progress=progress))
 
 # %% ../nbs/10_demo.ipynb #b2e0d002
-def stage_train(target, cache: HiddenStateCache, out: Path, fusion: str, cfg: DemoConfig) -> Path:
-    "Train (or finish training) the `fusion` drafter; returns its last checkpoint."
+def stage_train(target, cache: HiddenStateCache, out: Path, fusion: str, cfg: DemoConfig, init_from: str = "") -> Path:
+    "Train (or finish training) the `fusion` drafter (from `init_from` if given); returns its last checkpoint."
     tc = TrainConfig(out_dir=str(out), drafter=cfg.drafter | {"fusion": fusion}, steps=cfg.steps,
                      num_anchors=cfg.num_anchors, batch_size=cfg.batch_size, lr=cfg.lr, seed=cfg.seed, log_every=5,
-                     save_every=max(10, cfg.steps // 4), progress=cfg.progress)
+                     save_every=max(10, cfg.steps // 4), progress=cfg.progress, init_from=str(init_from))
     return train(tc, target=target, data=cache)
+
+def stage_upgrade(target, ckpt: Path, path: Path, cfg: DemoConfig) -> Path:
+    "Drafter `ckpt` upgraded to DFlash 2 per `cfg.dflash2`, saved at `path` once (the DFlash 2 run's `init_from`)."
+    if not (path / "config.json").exists():
+        upgrade_to_dflash2(DFlashDraftModel.from_pretrained(ckpt, target_model=target.model), **cfg.dflash2)\
+            .save_pretrained(path)
+    return path
 
 # %% ../nbs/10_demo.ipynb #2445f1a9
 def _read_offline(path: Path) -> list[OfflineResult]:
@@ -82,15 +93,16 @@ def _read_offline(path: Path) -> list[OfflineResult]:
 # %% ../nbs/10_demo.ipynb #4af33d35
 def stage_offline(target, ckpts: dict, cache: HiddenStateCache, path: Path, cfg: DemoConfig,
                   indices=None) -> list[OfflineResult]:
-    "Offline τ of each checkpoint over the eval cache (JSON at `path`, reused when it has every budget asked for)."
+    "Offline τ of each checkpoint (DFlash 2: selector on and off) over the eval cache; JSON at `path`, reused."
     eq = cfg.drafter.get("block_size", 16) - 1
     budgets = eval_budgets(cfg) if indices is None else (eq,)   # a prompt subset: chain and DDTree-(B-1), as online
     old = _read_offline(path) if path.exists() else None
     if old is not None and all(b in r.tau_tree for r in old for b in budgets):
         return old
-    res = [offline_tau(DFlashDraftModel.from_pretrained(c, target_model=target.model).eval(), cache, indices,
-                       budgets=budgets, name=n)
-           for n, c in tqdm(ckpts.items(), desc="offline eval", disable=not cfg.progress)]
+    models = {n: DFlashDraftModel.from_pretrained(c, target_model=target.model).eval() for n, c in ckpts.items()}
+    models = with_selector_off(models)              # a DFlash 2 drafter is also measured with its selector off
+    res = [offline_tau(m, cache, indices, budgets=budgets, name=n)
+           for n, m in tqdm(models.items(), desc="offline eval", disable=not cfg.progress)]
     _write_text(path, json.dumps([asdict(r) for r in res], indent=1))
     return res
 
@@ -195,6 +207,12 @@ def stage_ablation(model, cache: HiddenStateCache, path: Path) -> dict:
         return {"tau": base.tau, "rows": rows, "deepest_share": deepest_tap_share(model, rows)}
     return _json_stage(path, compute)
 
+# %% ../nbs/10_demo.ipynb #577ec3b5
+def stage_selector(target, ckpt: Path, cache: HiddenStateCache, path: Path) -> dict:
+    "`selector_slots` of the DFlash 2 drafter `ckpt` over the eval cache (JSON at `path`)."
+    model = lambda: DFlashDraftModel.from_pretrained(ckpt, target_model=target.model).eval()
+    return _json_stage(path, lambda: selector_slots(model(), cache))
+
 # %% ../nbs/10_demo.ipynb #2372ad8e
 @dataclass
 class DemoResults:
@@ -206,6 +224,7 @@ class DemoResults:
     timings: dict           # {stage: seconds}
     same: list = field(default_factory=list)   # `OfflineResult` per drafter on the prompts the online stage decoded
     labels: dict | None = None                 # `label_agreement` of split's default (deepest-tap) labels
+    selector: dict | None = None               # `selector_slots` of the DFlash 2 drafter
 
 # %% ../nbs/10_demo.ipynb #b2e0d004
 def _report_rows(res: DemoResults, block_size: int) -> list[dict]:
@@ -214,7 +233,7 @@ def _report_rows(res: DemoResults, block_size: int) -> list[dict]:
     rows = []
     for r, c in zip(res.offline, comparison_rows(res.offline, positions=(1, 2, 4, 8, 15))):
         o = res.online.get(r.name, {})
-        row = {k: c[k] for k in ("drafter", "fusion", "fc taps", "params (M)")}
+        row = {k: c[k] for k in ("drafter", "kind", "fusion", "fc taps", "params (M)") if k in c}
         row |= {"tau chain (all prompts)": round(r.tau, 3),
                 f"tau DDTree-{eq} (equal cost)": round(r.tau_tree.get(eq, nan), 3),
                 "tau offline (online prompts)": round(getattr(same.get(r.name), "tau", nan), 3),
@@ -236,6 +255,25 @@ def _ablation_text(ablation: dict) -> str:
         return "The fused drafter's τ is 1: no gain to share."
     return (f"Zeroing the deepest tap's input to the fused drafter removes **{share:.0%}** of its gain above 1 "
             f"(τ {ablation['tau']:.2f}). The split drafter's fc never reads that tap (it only makes split's labels).")
+
+# %% ../nbs/10_demo.ipynb #f85e15db
+def _dflash2_text(res: DemoResults, cfg: DemoConfig) -> list[str]:
+    "The report's DFlash 2 section: how the drafter was made, the selector's lift, and where its candidates miss."
+    by = {r.name: r for r in res.offline}
+    if res.selector is None or "fused2" not in by: return []
+    on, off, s = by["fused2"], by["fused2 (selector off)"], res.selector
+    how = ", ".join(f"{k} {v}" for k, v in cfg.dflash2.items())
+    slots = range(min(8, len(s["topk_recall"])))
+    table = [{"slot": k + 1, "top-K recall": round(s["topk_recall"][k], 3),
+              "selector error": round(s["selector_error"][k], 3), "argmax error": round(s["argmax_error"][k], 3)}
+             for k in slots]
+    return ["## DFlash 2: the selector's lift", "",
+            f"`fused2` is the fused drafter upgraded to DFlash 2 ({how}; it then drafted exactly what the fused "
+            f"drafter drafts) and trained {cfg.steps} more steps with the selector's loss. Its selector's lift, chain τ "
+            f"with the walk minus with each slot's argmax: {on.tau - off.tau:+.3f} (τ {on.tau:.3f} vs {off.tau:.3f}). "
+            "Per slot, teacher-forced over every eval anchor where the walk got there: how often the true token is "
+            "among the head's candidates, how often it is and the walk took another, and the argmax's error:", "",
+            markdown_table(table), ""]
 
 # %% ../nbs/10_demo.ipynb #f8f34e34
 STUDY_QUESTIONS = ("fused vs split (same token labels)", "split labels, deepest tap vs tokens")
@@ -288,7 +326,8 @@ def write_report(out: Path, cfg: DemoConfig, res: DemoResults) -> Path:
              "runs for real, chain and DDTree-(B-1) (compare each online column with the offline one next to it); "
              "`lossless` says every online output, chain and DDTree, equalled the target's own greedy decoding.", "",
              "## How much of τ the deepest tap carries", "", _ablation_text(res.ablation), "",
-             "## Fused vs split: what the gap does and does not show", "", _split_text(res.labels), ""]
+             "## Fused vs split: what the gap does and does not show", "", _split_text(res.labels), "",
+             *_dflash2_text(res, cfg)]
     lines += [f"![{k}]({v})" for k, v in res.files.items()]
     lines += ["", "## Stage timings (s)", "", markdown_table([{k: round(v, 1) for k, v in res.timings.items()}])]
     return _write_text(out / "report.md", "\n".join(lines) + "\n")
@@ -317,6 +356,9 @@ def run_demo(out, cfg: DemoConfig | None = None, target=None, prompts: dict | No
     labels = _timed(t, "label check", stage_labels, target, tr_c, taps[-1], out / "labels.json")
     ckpts = {f: _timed(t, f"train {f}", stage_train, target, tr_c, out / f"drafter-{f}", f, cfg)
              for f in ("fused", "split")}
+    if cfg.dflash2:                  # DFlash 2: the fused drafter upgraded, then trained the same budget again
+        up = stage_upgrade(target, ckpts["fused"], out / "drafter-fused2-start", cfg)
+        ckpts["fused2"] = _timed(t, "train fused2", stage_train, target, tr_c, out / "drafter-fused2", "fused", cfg, up)
     offline = _timed(t, "offline eval", stage_offline, target, ckpts, ev_c, out / "offline.json", cfg)
     n_on = len(ev) if cfg.n_online_prompts is None else min(cfg.n_online_prompts, len(ev))
     same = _timed(t, "offline eval", stage_offline, target, ckpts, ev_c, out / "offline-online-prompts.json", cfg,
@@ -327,7 +369,9 @@ def run_demo(out, cfg: DemoConfig | None = None, target=None, prompts: dict | No
     runs = {f: read_metrics(out / f"drafter-{f}") for f in ckpts}
     files = {"acceptance": _save(_acceptance_figure(offline), out / "acceptance.png")}
     files |= _timed(t, "figures", diagnostics_figures, target, models, ev_c, runs, out)
-    return write_report(out, cfg, DemoResults(offline, online, ablation, files, t, same, labels))
+    selector = _timed(t, "selector", stage_selector, target, ckpts["fused2"], ev_c, out / "selector.json") \
+        if cfg.dflash2 else None
+    return write_report(out, cfg, DemoResults(offline, online, ablation, files, t, same, labels, selector))
 
 # %% ../nbs/10_demo.ipynb #5d2d55c9
 def demo_parser() -> argparse.ArgumentParser:

@@ -25,8 +25,8 @@ from .cli import refusals
 __all__ = ['SPANS', 'ROW_BYTES', 'BLOCKS_PER_CALL', 'REPLAY_ROWS', 'SMALL_N', 'SHOW', 'accept_chain', 'accept_tree', 'replay',
            'pad_stack', 'prompt_contexts', 'blocks_per_call', 'AnchorDrafts', 'anchor_drafts', 'replay_prompts',
            'OfflineResult', 'round_acceptance', 'offline_result', 'offline_tau_many', 'offline_tau', 'selector_slots',
-           'comparison_rows', 'markdown_table', 'wilson_interval', 'plot_acceptance', 'load_drafters', 'compare',
-           'eval_parser', 'eval_main']
+           'comparison_rows', 'markdown_table', 'wilson_interval', 'plot_acceptance', 'load_drafters',
+           'with_selector_off', 'compare', 'eval_parser', 'eval_main']
 
 # %% ../nbs/06_evaluate.ipynb #f04e61d2
 def accept_chain(logits: torch.Tensor, truth: torch.Tensor) -> int:
@@ -357,7 +357,7 @@ def load_drafters(drafters, target_model=None, attention: str = "config") -> dic
     return models
 
 # %% ../nbs/06_evaluate.ipynb #666a02cb
-def _with_selector_off(models: dict) -> dict:
+def with_selector_off(models: dict) -> dict:
     "`models`, each DFlash 2 drafter with a selector followed by itself without it: the selector's lift, side by side."
     out = {}
     for n, m in models.items():
@@ -373,7 +373,7 @@ def compare(drafters, cache: HiddenStateCache, target_model=None, budgets=(8,), 
     from dflash_nb.target import config_hash
     show = (show,) if isinstance(show, str) else show
     if bad := set(show) - set(SHOW): raise ValueError(f"Unknown show {sorted(bad)}: use any of {SHOW}.")
-    models = _with_selector_off(load_drafters(drafters, target_model))
+    models = with_selector_off(load_drafters(drafters, target_model))
     if "describe" in show: print("\n".join(describe_drafter(m, n) for n, m in models.items()))
     for m in models.values():      # every drafter's taps are in the cache, before minutes are spent on the first
         check_compatible(cache, tap_ids=m.config.fc_layer_ids, convention=m.config.tap_convention)
