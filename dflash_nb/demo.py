@@ -263,8 +263,8 @@ def _dflash2_text(res: DemoResults, cfg: DemoConfig) -> list[str]:
     if res.selector is None or "fused2" not in by: return []
     on, off, s = by["fused2"], by["fused2 (selector off)"], res.selector
     how = ", ".join(f"{k} {v}" for k, v in cfg.dflash2.items())
-    slots = range(min(8, len(s["topk_recall"])))
-    table = [{"slot": k + 1, "top-K recall": round(s["topk_recall"][k], 3),
+    slots = [k for k in range(min(8, len(s["reached"]))) if s["reached"][k]]     # slots the walk reached at all
+    table = [{"slot": k + 1, "anchors": s["reached"][k], "top-K recall": round(s["topk_recall"][k], 3),
               "selector error": round(s["selector_error"][k], 3), "argmax error": round(s["argmax_error"][k], 3)}
              for k in slots]
     return ["## DFlash 2: the selector's lift", "",
@@ -272,7 +272,8 @@ def _dflash2_text(res: DemoResults, cfg: DemoConfig) -> list[str]:
             f"drafter drafts) and trained {cfg.steps} more steps with the selector's loss. Its selector's lift, chain τ "
             f"with the walk minus with each slot's argmax: {on.tau - off.tau:+.3f} (τ {on.tau:.3f} vs {off.tau:.3f}). "
             "Per slot, teacher-forced over every eval anchor where the walk got there: how often the true token is "
-            "among the head's candidates, how often it is and the walk took another, and the argmax's error:", "",
+            "among the head's candidates, how often it is and the walk took another, and the argmax's error "
+            "(slots the walk never reached are left out):", "",
             markdown_table(table), ""]
 
 # %% ../nbs/10_demo.ipynb #f8f34e34

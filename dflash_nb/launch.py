@@ -159,12 +159,18 @@ def launch(cfg: TrainConfig, nproc: int = 1, config_path=None, extra=(), nodes: 
 
 # %% ../nbs/05_launch.ipynb #01c7abbb
 def plot_metrics(records: list[dict]) -> Figure:
-    "Loss and τ̂ (estimated acceptance length) against step, side by side."
-    fig = Figure(figsize=(9, 3), layout="constrained")
-    steps = [r["step"] for r in records]
-    for ax, key, title in zip(fig.subplots(1, 2), ("loss", "tau_est"), ("loss", "τ̂ (estimated acceptance length)")):
+    "Loss and τ̂ (estimated acceptance length) against step; for DFlash 2 also the selector's slot-1 recall and accuracy."
+    selector = [r for r in records if "topk_recall" in r]
+    fig = Figure(figsize=(13.5 if selector else 9, 3), layout="constrained")
+    axes, steps = fig.subplots(1, 3 if selector else 2), [r["step"] for r in records]
+    for ax, key, title in zip(axes, ("loss", "tau_est"), ("loss", "τ̂ (estimated acceptance length)")):
         ax.plot(steps, [r[key] for r in records], marker=".")
         ax.set(xlabel="step", title=title)
+    if selector:
+        for key, label in (("topk_recall", "top-K recall"), ("selector_acc", "selector accuracy")):
+            axes[2].plot([r["step"] for r in selector], [r[key][0] for r in selector], marker=".", label=label)
+        axes[2].set(xlabel="step", title="DFlash 2 selector, slot 1")
+        axes[2].legend()
     return fig
 
 # %% ../nbs/05_launch.ipynb #401ca285
