@@ -1,4 +1,4 @@
-"""Greedy DFlash speculative decoding against a live target: one fused drafter pass and one target pass per round, KV crop for attention layers, per-node Gated DeltaNet states recorded by the verify pass (a rollback restores one, replays nothing), online DDTree on attention-only and hybrid targets, and wall-clock speedup.
+"""DFlash speculative decoding against a live target, greedy or sampled: one fused drafter pass and one target pass per round, KV crop for attention layers, per-node Gated DeltaNet states recorded by the verify pass (a rollback restores one, replays nothing), online DDTree on attention-only and hybrid targets, speculative sampling at T > 0, and wall-clock speedup.
 
 Docs: https://dflash-nb.github.io/dflash_nb/decode.html.md"""
 
@@ -10,17 +10,19 @@ import time
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 import torch
+from fastcore.basics import patch
 from transformers import DynamicCache
 from .target import Target, linear_attention_layers
 from .extract import prompt_token_ids, eos_token_ids
-from .trees import DraftTree, build_tree, tree_attention_mask, walk_tree
+from .trees import DraftTree, build_tree, lattice_tree, tree_attention_mask, walk_tree
 from .verify import (TargetPass, new_cache, target_pass, check_gdn_forward, drop_last_kv, keep_node_state,
                               keep_kv)
 
 # %% auto #0
 __all__ = ['clock', 'stop_ids', 'finish_tokens', 'greedy_generate', 'Decoding', 'check_decodable', 'start_decoding',
-           'accepted_prefix', 'draft_block', 'rollback', 'chain_round', 'tree_inputs', 'tree_round',
-           'speculative_generate', 'decode_comparison', 'time_per_token']
+           'accepted_prefix', 'draft_block', 'block_states', 'rollback', 'chain_round', 'tree_inputs', 'draft_tree',
+           'tree_round', 'speculative_generate', 'Sampling', 'sample_drafts', 'sampled_chain_round',
+           'decode_comparison', 'time_per_token']
 
 # %% ../nbs/07_decode.ipynb #634f1f52
 def clock(device) -> float:
@@ -72,6 +74,8 @@ class Decoding:
     acceptance: list[int] = field(default_factory=list)
     times: dict = field(default_factory=lambda: dict(draft_s=0.0, verify_s=0.0, rollback_s=0.0))
     last: float = 0.0
+    sampling: Sampling | None = None      # None: greedy
+    generator: torch.Generator | None = None
     @cached_property
     def device(self): return self.target.model.device      # HF's `device` walks the parameters
     @property
@@ -83,8 +87,8 @@ class Decoding:
         self.last = now
 
 # %% ../nbs/07_decode.ipynb #2adc4b7e
-def check_decodable(target: Target, drafter, tree_budget: int | None = None):
-    "Raise a ValueError naming the problem if `drafter` cannot speculate for `target` (with a tree of `tree_budget`)."
+def check_decodable(target: Target, drafter, tree_budget: int | None = None, lattice: bool = False, sampling=None):
+    "Raise a ValueError naming the problem if `drafter` cannot speculate for `target` as asked (see `speculative_generate`)."
     c, types = drafter.config, target.layer_types or ["full_attention"] * target.num_layers
     want = (c.num_target_layers, c.hidden_size, c.vocab_size)
     got = (target.num_layers, target.hidden_size, target.vocab_size)
@@ -101,17 +105,26 @@ def check_decodable(target: Target, drafter, tree_budget: int | None = None):
     check_gdn_forward(target)
     if tree_budget is not None and tree_budget < 1:
         raise ValueError(f"tree_budget={tree_budget}: a tree needs at least 1 node.")
+    if lattice and (tree_budget is None or drafter.candidate_selector is None):
+        raise ValueError("lattice=True grows DDTree through a DFlash 2 selector: give tree_budget and a drafter with a "
+                         "selector, or drop lattice.")
+    if sampling is not None and tree_budget is not None:
+        raise ValueError("DDTree at T > 0 is not implemented (no lossless tree-sampling rule here): decode the chain "
+                         "(tree_budget=None) or greedily (sampling=None).")
 
 # %% ../nbs/07_decode.ipynb #72b3ce67
 @torch.no_grad()
-def start_decoding(target: Target, drafter, prompt_ids) -> tuple[Decoding, float]:
+def start_decoding(target: Target, drafter, prompt_ids, sampling: Sampling | None = None) -> tuple[Decoding, float]:
     "Prefill `target` with the prompt; return the decoding state (context = the prompt's taps) and the prefill seconds."
     c, cache = drafter.config, new_cache(target)
     t0 = clock(target.model.device)
     ids = torch.tensor(prompt_token_ids(target, prompt_ids))
     p = target_pass(target, ids, cache, (c.fc_layer_ids, c.tap_convention), logits_to_keep=1)
     ctx = drafter.extend_context(p.taps[None])
-    s = Decoding(target, drafter, cache, ctx, [p.next_tokens[-1].item()], pending=p.taps[None, :0])
+    s = Decoding(target, drafter, cache, ctx, [p.next_tokens[-1].item()], pending=p.taps[None, :0], sampling=sampling)
+    if sampling is not None:             # the first token is drawn too
+        s.generator = torch.Generator(s.device).manual_seed(sampling.seed)
+        s.tokens = [int(torch.multinomial(sampling.probs(p.logits[-1]), 1, generator=s.generator))]
     return s, clock(target.model.device) - t0
 
 # %% ../nbs/07_decode.ipynb #8de3b0c8
@@ -125,6 +138,14 @@ def draft_block(s: Decoding) -> torch.Tensor:
     logits, s.context = s.drafter.draft_step(torch.tensor([s.tokens[-1]], device=s.device), s.context, s.pending)
     s.pending = s.pending[:, :0]
     return logits
+
+# %% ../nbs/07_decode.ipynb #415d79f6
+def block_states(s: Decoding) -> torch.Tensor:
+    "DFlash 2: the block's final states [1, B-1, H] at the bonus (the reference forward); pending taps join."
+    h, s.context = s.drafter.draft_states(torch.tensor([s.tokens[-1]], device=s.device), s.context, s.pending)
+    s.pending = s.pending[:, :0]
+    return h
+
 
 # %% ../nbs/07_decode.ipynb #4bfab540
 def rollback(s: Decoding, verify: TargetPass, keep: int, fed: int):
@@ -157,11 +178,20 @@ def tree_inputs(tree: DraftTree, bonus: int, start: int, dtype=torch.float32, de
     mask = torch.zeros(see.shape, dtype=dtype).masked_fill(~see, torch.finfo(dtype).min)
     return ids, pos, mask[None, None].to(device)
 
+# %% ../nbs/07_decode.ipynb #2c7b45ae
+def draft_tree(s: Decoding, budget: int, lattice: bool = False) -> DraftTree:
+    "The round's DDTree of `budget` nodes: over the block's marginals (DFlash 2: its head's), or its selector lattice."
+    if s.drafter.candidate_selector is None: return build_tree(draft_block(s).float().log_softmax(-1).cpu(), budget)
+    h, anchor = block_states(s), torch.tensor(s.tokens[-1:], device=s.device)
+    if lattice: return lattice_tree(*(x[0].cpu() for x in s.drafter.draft_lattice(h, anchor)), budget)
+    return build_tree(s.drafter.logits(h)[0].float().log_softmax(-1).cpu(), budget)
+
+
 # %% ../nbs/07_decode.ipynb #8bdd26ff
-def tree_round(s: Decoding, budget: int):
+def tree_round(s: Decoding, budget: int, lattice: bool = False):
     "One DDTree round: a tree of `budget` nodes verified in one target pass, then the accepted path kept."
     s.lap()
-    tree = build_tree(draft_block(s).float().log_softmax(-1).cpu(), budget)
+    tree = draft_tree(s, budget, lattice)
     start = s.context.length
     s.lap("draft_s")
     inputs = tree_inputs(tree, s.tokens[-1], start, s.target.model.dtype, s.device)
@@ -176,20 +206,101 @@ def tree_round(s: Decoding, budget: int):
     s.tokens += tree.tokens[path].tolist() + [v.next_tokens[keep[-1]].item()]
     s.acceptance.append(len(keep))
 
+
 # %% ../nbs/07_decode.ipynb #d7d670f5
 @torch.inference_mode()
 def speculative_generate(target: Target, drafter, prompt_ids, max_new_tokens: int, eos_token_id=None,
-                         tree_budget: int | None = None) -> dict:
-    "Greedy speculative decoding of `prompt_ids` (ids or text) to the target's eos (`[]`: none), chain or DDTree."
-    check_decodable(target, drafter, tree_budget)
-    s, prefill_s = start_decoding(target, drafter, prompt_ids)
-    step = chain_round if tree_budget is None else partial(tree_round, budget=tree_budget)
+                         tree_budget: int | None = None, lattice: bool = False,
+                         sampling: Sampling | None = None) -> dict:
+    "Speculative decoding of `prompt_ids` (ids or text) to the target's eos (`[]`: none): chain or DDTree, greedy or T > 0."
+    check_decodable(target, drafter, tree_budget, lattice, sampling)
+    s, prefill_s = start_decoding(target, drafter, prompt_ids, sampling)
+    if tree_budget is not None: step = partial(tree_round, budget=tree_budget, lattice=lattice)
+    else: step = chain_round if sampling is None else sampled_chain_round
     eos = stop_ids(target, eos_token_id)
     while len(s.tokens) < max_new_tokens and not eos & set(s.tokens): step(s)
     n = max(len(s.acceptance), 1)
     return dict(tokens=finish_tokens(s.tokens, max_new_tokens, eos), acceptance=s.acceptance,
                 tau=sum(s.acceptance) / n, prefill_s=prefill_s, decode_s=sum(s.times.values()), **s.times,
                 rollback_s_per_round=s.times["rollback_s"] / n)
+
+
+# %% ../nbs/07_decode.ipynb #8e3d3a79
+@dataclass
+class Sampling:
+    "Decoding at temperature T > 0: logits / T, then top-k, then top-p (as transformers' warpers), drawn with `seed`."
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = 0
+    def __post_init__(self):
+        if not (isinstance(self.temperature, (int, float)) and 0 < self.temperature < float("inf")):
+            raise ValueError(f"temperature={self.temperature!r}: sampling needs a temperature > 0 (0 is greedy "
+                             "decoding: pass sampling=None).")
+        if self.top_k is not None and not (isinstance(self.top_k, int) and self.top_k >= 1):
+            raise ValueError(f"top_k={self.top_k!r}: give a whole number >= 1, or None for no top-k cut.")
+        if self.top_p is not None and not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
+            raise ValueError(f"top_p={self.top_p!r}: give a probability in (0, 1], or None for no top-p cut.")
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        "The distribution [..., V] tokens are drawn from, float32."
+        x = logits.float() / self.temperature
+        if self.top_k is not None and self.top_k < x.shape[-1]:
+            x = x.masked_fill(x < x.topk(self.top_k, -1).values[..., -1:], -torch.inf)
+        p = x.softmax(-1)
+        if self.top_p is not None and self.top_p < 1:
+            sp, order = p.sort(-1, descending=True)
+            sp = sp.masked_fill(sp.cumsum(-1) - sp >= self.top_p, 0)     # the mass before a token already reaches top_p
+            p = torch.zeros_like(p).scatter(-1, order, sp / sp.sum(-1, keepdim=True))
+        return p
+
+
+# %% ../nbs/07_decode.ipynb #df57f464
+@patch
+def residual(self: Sampling, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    "Where a rejected slot's token is drawn from: max(0, p - q), normalised (p itself if q covers p)."
+    r = (p - q).clamp(min=0)
+    return r / r.sum() if r.sum() > 0 else p
+
+@patch
+def verify(self: Sampling, drafts: torch.Tensor, q: torch.Tensor, p: torch.Tensor, generator: torch.Generator):
+    "(accepted drafts n, the token after them) of `drafts` [S] drawn from q [S, V], the target's p [S+1, V]."
+    u = torch.rand(len(drafts), generator=generator, device=generator.device)
+    at = drafts[:, None]
+    n = int((u * q.gather(1, at)[:, 0] < p[:-1].gather(1, at)[:, 0]).int().cumprod(0).sum())   # min(1, p/q) each
+    last = self.residual(p[n], q[n]) if n < len(drafts) else p[n]
+    return n, int(torch.multinomial(last, 1, generator=generator))
+
+
+# %% ../nbs/07_decode.ipynb #6bce7407
+def sample_drafts(s: Decoding) -> tuple:
+    "Drafts [B-1] sampled at the bonus, and the distributions q [B-1, V] they were drawn from."
+    T, g = s.sampling.temperature, s.generator
+    if s.drafter.candidate_selector is None:        # DFlash: each slot from its own softmax(logits / T)
+        q = (draft_block(s).float() / T).softmax(-1)
+        return torch.multinomial(q, 1, generator=g)[:, 0], q
+    h, anchor = block_states(s), torch.tensor(s.tokens[-1:], device=s.device)
+    cand, unary = s.drafter.candidates(h)           # DFlash 2: the walk samples each slot after the token before it
+    tokens, _, scores = s.drafter.candidate_selector.walk(anchor, h, cand, unary, T, g)
+    q = torch.zeros(cand.shape[1], s.drafter.config.vocab_size, device=h.device)
+    return tokens[0], q.scatter(-1, cand[0], (scores[0] / T).softmax(-1))
+
+
+# %% ../nbs/07_decode.ipynb #5627826d
+def sampled_chain_round(s: Decoding):
+    "One chain round at T > 0: sampled drafts verified in one target pass by `Sampling.verify`, the rest rolled back."
+    s.lap()
+    drafts, q = sample_drafts(s)
+    s.lap("draft_s")
+    fed = torch.cat([drafts.new_tensor(s.tokens[-1:]), drafts])
+    v = target_pass(s.target, fed, s.cache, s.tap_args, parents=torch.arange(len(fed)) - 1)
+    n, after = s.sampling.verify(drafts, q, s.sampling.probs(v.logits), s.generator)
+    s.lap("verify_s")
+    rollback(s, v, n + 1, len(fed))
+    s.lap("rollback_s")
+    s.pending = v.taps[None, :n + 1]
+    s.tokens += drafts[:n].tolist() + [after]
+    s.acceptance.append(n + 1)
+
 
 # %% ../nbs/07_decode.ipynb #f1a2b3c4
 def _figures(base: float, pairs: list) -> dict:

@@ -87,7 +87,8 @@ def stage_upgrade(target, ckpt: Path, path: Path, cfg: DemoConfig) -> Path:
 # %% ../nbs/10_demo.ipynb #2445f1a9
 def _read_offline(path: Path) -> list[OfflineResult]:
     "`OfflineResult`s from their JSON (DDTree budget keys back to integers)."
-    return [OfflineResult(**(d | {"tau_tree": {int(k): v for k, v in d["tau_tree"].items()}}))
+    ints = lambda m: {int(k): v for k, v in m.items()}
+    return [OfflineResult(**(d | {"tau_tree": ints(d["tau_tree"]), "tau_lattice": ints(d.get("tau_lattice", {}))}))
             for d in json.loads(path.read_text())]
 
 # %% ../nbs/10_demo.ipynb #4af33d35
@@ -97,7 +98,8 @@ def stage_offline(target, ckpts: dict, cache: HiddenStateCache, path: Path, cfg:
     eq = cfg.drafter.get("block_size", 16) - 1
     budgets = eval_budgets(cfg) if indices is None else (eq,)   # a prompt subset: chain and DDTree-(B-1), as online
     old = _read_offline(path) if path.exists() else None
-    if old is not None and all(b in r.tau_tree for r in old for b in budgets):
+    has = lambda r, b: b in r.tau_tree and (b in r.tau_lattice or r.kind == "dflash" or "(selector off)" in r.name)
+    if old is not None and all(has(r, b) for r in old for b in budgets):
         return old
     models = {n: DFlashDraftModel.from_pretrained(c, target_model=target.model).eval() for n, c in ckpts.items()}
     models = with_selector_off(models)              # a DFlash 2 drafter is also measured with its selector off
@@ -271,6 +273,9 @@ def _dflash2_text(res: DemoResults, cfg: DemoConfig) -> list[str]:
             f"`fused2` is the fused drafter upgraded to DFlash 2 ({how}; it then drafted exactly what the fused "
             f"drafter drafts) and trained {cfg.steps} more steps with the selector's loss. Its selector's lift, chain τ "
             f"with the walk minus with each slot's argmax: {on.tau - off.tau:+.3f} (τ {on.tau:.3f} vs {off.tau:.3f}). "
+            + "".join(f"DDTree-{b} through the selector's lattice: τ {on.tau_lattice[b]:.3f}, against "
+                      f"{on.tau_tree[b]:.3f} over the head's marginals (the same {b} nodes verified). "
+                      for b in [cfg.drafter.get("block_size", 16) - 1] if b in on.tau_lattice) +
             "Per slot, teacher-forced over every eval anchor where the walk got there: how often the true token is "
             "among the head's candidates, how often it is and the walk took another, and the argmax's error "
             "(slots the walk never reached are left out):", "",

@@ -85,14 +85,29 @@ class CandidateSelector(nn.Module):
 
 # %% ../nbs/01b_dflash2.ipynb #9eb29ab5
 @patch
-def walk(self: CandidateSelector, anchor: torch.Tensor, h: torch.Tensor, cand: torch.Tensor, unary: torch.Tensor):
-    "Greedy drafts [N, S], choice indices [N, S] and the scores they were chosen by [N, S, K] (after the walk's tokens)."
+def walk(self: CandidateSelector, anchor: torch.Tensor, h: torch.Tensor, cand: torch.Tensor, unary: torch.Tensor,
+         temperature: float = 0.0, generator: torch.Generator | None = None):
+    "Drafts [N, S], choice indices [N, S] and the scores they were chosen by [N, S, K]: greedy, or sampled at T > 0."
     prev, tokens, picks, scores = anchor, [], [], []
     for s in range(cand.shape[1]):
         score = unary[:, s] + self.transition(prev, h[:, s], cand[:, s])
-        j = score.argmax(-1)
+        if temperature > 0: j = torch.multinomial((score / temperature).softmax(-1), 1, generator=generator)[:, 0]
+        else: j = score.argmax(-1)
         prev = cand[:, s].gather(1, j[:, None])[:, 0]
         tokens.append(prev)
         picks.append(j)
         scores.append(score)
     return torch.stack(tokens, 1), torch.stack(picks, 1), torch.stack(scores, 1)
+
+
+# %% ../nbs/01b_dflash2.ipynb #65671fa8
+@patch
+def lattice(self: CandidateSelector, anchor: torch.Tensor, h: torch.Tensor, cand: torch.Tensor,
+            unary: torch.Tensor) -> torch.Tensor:
+    "Scores [N, S, K, K] of each slot's candidates (last dim) after each candidate of the slot before (slot 0: the anchor)."
+    K = cand.shape[-1]
+    first = unary[:, 0] + self.transition(anchor, h[:, 0], cand[:, 0])                      # [N, K]
+    gate = self.predecessor_codebook[cand[:, :-1]] * self.hidden_projection(h[:, 1:, None])   # [N, S-1, K, r]
+    rest = unary[:, 1:, None] + (gate @ self.successor_codebook[cand[:, 1:]].transpose(-1, -2)).float()
+    return torch.cat([first[:, None, None].expand(-1, 1, K, K), rest], 1)
+

@@ -155,13 +155,20 @@ def step(self: LayerWeights, x: torch.Tensor, rows: BlockRows, kv: tuple, attend
 
 # %% ../nbs/01a_drafting.ipynb #588c6609
 @patch
+def draft_states(self: DFlashDraftModel, anchor: torch.Tensor, context: ContextCache, taps: torch.Tensor):
+    "Append fc taps [1, t, n_fc*H] to `context`; the block's final states [1, B-1, H] at `anchor` [1], and the context."
+    with torch.inference_mode():                   # the reference forward: what DFlash 2's selector and trees read
+        cache = self.extend_context(taps, context)
+        return self.draft_hidden(anchor, cache)[:, 1:], cache
+
+@patch
 def draft_step(self: DFlashDraftModel, anchor: torch.Tensor, context: ContextCache, taps: torch.Tensor):
     "Append fc taps [1, t, n_fc*H] to `context`, draft the block at token `anchor` [1]: (scores [B-1, V], context)."
     c, start, p = self.config, context.length, context.length + taps.shape[1]
     if c.kind != "dflash":       # DFlash 2: the reference forward (its convs have no laid-out path), the walk's scores
         with torch.inference_mode():
-            cache = self.extend_context(taps, context)
-            return self.draft_scores(self.draft_hidden(anchor, cache)[:, 1:], anchor)[0], cache
+            h, cache = self.draft_states(anchor, context, taps)
+            return self.draft_scores(h, anchor)[0], cache
     end = p + c.block_size
     self.check_positions(end - 1)
     with torch.inference_mode():                   # less per-op bookkeeping than no_grad

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from .config import ATTENTION_MODES
 from .model import DFlashDraftModel, ContextCache, param_counts, describe_drafter
 from .drafting import BlockDrafts
-from .trees import DraftTree, build_tree, grow_tree, walk_tree
+from .trees import DraftTree, Lattice, build_tree, grow_tree, lattice_tree, walk_tree
 from .storage import atomic_write
 from .cache import HiddenStateCache, check_compatible
 from .cli import refusals
@@ -97,16 +97,24 @@ def _chain_accepts(model: DFlashDraftModel, hidden, truth: torch.Tensor, anchor_
     return got
 
 # %% ../nbs/06_evaluate.ipynb #5cbc8cce
-def _tree_accepts(model: DFlashDraftModel, h: torch.Tensor, asks: list) -> list[int]:
-    "`accept_tree` of each ask (j, truth, budget) on block j of hidden states `h` [n, slots, H]; truth -1 past the end."
-    lp, got = model.logits(h).float().cpu().log_softmax(-1), {}   # the lm_head and log-softmax once per block
-    for b in dict.fromkeys(b for _, _, b in asks):
+def _tree_accepts(model: DFlashDraftModel, h: torch.Tensor, asks: list, anchor_tokens=None) -> list[int]:
+    "Accepted drafts of each ask (j, truth, rule) on block j of `h` [n, slots, H] (`Lattice` rules: after `anchor_tokens`)."
+    got, slots, rules = {}, h.shape[1], list(dict.fromkeys(b for _, _, b in asks))
+    if any(not isinstance(b, Lattice) for b in rules):    # the lm_head and log-softmax once per block
+        lp = model.logits(h).float().cpu().log_softmax(-1)
+    if any(isinstance(b, Lattice) for b in rules):        # DFlash 2: the selector's K x K transitions per slot
+        logq, cand = (x.cpu() for x in model.draft_lattice(h, anchor_tokens.to(h.device)))
+    for b in rules:
         ks = [k for k, a in enumerate(asks) if a[2] == b]
-        top_lp, top_tok = lp[[asks[k][0] for k in ks]].topk(min(b, lp.shape[-1]), -1)
-        for k, lps, toks in zip(ks, top_lp.tolist(), top_tok):
-            truth = asks[k][1][:lp.shape[1]]
-            got[k] = _walk_len(grow_tree(lps, toks, b), truth[truth >= 0], lp.shape[1])
+        if isinstance(b, Lattice): trees = [lattice_tree(logq[asks[k][0]], cand[asks[k][0]], b.budget) for k in ks]
+        else:
+            top_lp, top_tok = lp[[asks[k][0] for k in ks]].topk(min(b, lp.shape[-1]), -1)
+            trees = [grow_tree(lps, toks, b) for lps, toks in zip(top_lp.tolist(), top_tok)]
+        for k, tree in zip(ks, trees):
+            truth = asks[k][1][:slots]
+            got[k] = _walk_len(tree, truth[truth >= 0], slots)
     return [got[k] for k in range(len(asks))]
+
 
 # %% ../nbs/06_evaluate.ipynb #d156c37a
 ROW_BYTES = 2 ** 28        # the logits (or gathered context K/V) of one batched call stay under this size
@@ -124,6 +132,7 @@ class AnchorDrafts:
     index: dict
     blocks: BlockDrafts
     truths: torch.Tensor             # [n, B-1] the tokens after each anchor, -1 past the end
+    tokens: torch.Tensor             # [n] the anchor tokens
     chain: list
 
 def anchor_drafts(model: DFlashDraftModel, ctx: ContextCache, input_ids: list, anchors: list,
@@ -136,7 +145,7 @@ def anchor_drafts(model: DFlashDraftModel, ctx: ContextCache, input_ids: list, a
     truths = ids[r[:, None], p[:, None] + torch.arange(1, B)]
     blocks = model.block_drafts(ctx, rows, ids[r, p], p)
     accepts = _chain_accepts(model, blocks.hidden, truths, ids[r, p]).tolist() if chain else []
-    return AnchorDrafts({a: j for j, a in enumerate(anchors)}, blocks, truths, accepts)
+    return AnchorDrafts({a: j for j, a in enumerate(anchors)}, blocks, truths, ids[r, p], accepts)
 
 # %% ../nbs/06_evaluate.ipynb #6ce0b939
 def _accepted(model: DFlashDraftModel, d: AnchorDrafts, js: list, budgets: list) -> list[int]:
@@ -144,16 +153,18 @@ def _accepted(model: DFlashDraftModel, d: AnchorDrafts, js: list, budgets: list)
     got = [d.chain[j] if b is None else None for j, b in zip(js, budgets)]
     tree = [k for k, b in enumerate(budgets) if b is not None]
     if tree:                         # the last layer and the lm_head run only on the blocks and slots these rounds use
-        used, depth = list(dict.fromkeys(js[k] for k in tree)), min(max(budgets[k] for k in tree), d.truths.shape[1])
+        used = list(dict.fromkeys(js[k] for k in tree))
+        depth = min(max(getattr(budgets[k], "budget", budgets[k]) for k in tree), d.truths.shape[1])
         h, row = d.blocks.hidden(torch.tensor(used, device=model.device), 0, depth), {j: r for r, j in enumerate(used)}
-        for k, n in zip(tree, _tree_accepts(model, h, [(row[js[k]], d.truths[js[k]], budgets[k]) for k in tree])):
+        asks = [(row[js[k]], d.truths[js[k]], budgets[k]) for k in tree]
+        for k, n in zip(tree, _tree_accepts(model, h, asks, d.tokens[used])):
             got[k] = n
     return got
 
 @torch.no_grad()
 def replay_prompts(model: DFlashDraftModel, input_ids: list, ctx: ContextCache, starts: list,
                    budgets=(None,)) -> list:
-    "Rounds [(accepted, checkable)] [rule][row] of each `ctx` row from `starts`; rule: None (chain) or DDTree budget."
+    "Rounds [(accepted, checkable)] [rule][row] of each `ctx` row from `starts`; rule: None (chain), a DDTree budget, a `Lattice`."
     B, T = model.config.block_size, [len(x) for x in input_ids]
     todo = [(b, i) for b in range(len(budgets)) for i in range(len(input_ids))]
     pos, rounds = {s: starts[s[1]] for s in todo}, {s: [] for s in todo}
@@ -185,6 +196,7 @@ class OfflineResult:
     rounds: list = field(default_factory=list)     # per prompt: chain τ_round of each round
     counts: dict = field(default_factory=dict)     # per slot: rounds checkable / accepted to it / reaching it
     kind: str = "dflash"                            # dflash or dflash2 (see DFlashConfig.kind)
+    tau_lattice: dict = field(default_factory=dict) # DFlash 2: DDTree over the selector's lattice, budget -> τ
 
 # %% ../nbs/06_evaluate.ipynb #6e6566c2
 def round_acceptance(rounds, block_size: int) -> dict:
@@ -212,16 +224,18 @@ def _groups(items, n: int):
 
 # %% ../nbs/06_evaluate.ipynb #8b3131d5
 def offline_result(model: DFlashDraftModel, name: str, rounds: list, budgets) -> OfflineResult:
-    "The `OfflineResult` of rounds [rule][prompt] (rule 0: the chain, then DDTree at each of `budgets`)."
+    "The `OfflineResult` of rounds [rule][prompt]: the chain, DDTree at each of `budgets`, then any `Lattice` rules'."
     c, per = model.config, rounds[0]
     if not per:
         raise ValueError("No sample in the cache has response tokens (loss_mask is all 0): nothing to evaluate.")
     chain = [x for r in per for x in r]
     hist = torch.bincount(torch.tensor([n + 1 for n, _ in chain]), minlength=c.block_size + 1)[1:].tolist()
-    acc, tree = round_acceptance(chain, c.block_size), {b: _tau(sum(r, [])) for b, r in zip(budgets, rounds[1:])}
+    acc, n = round_acceptance(chain, c.block_size), len(budgets)
+    tree = {b: _tau(sum(r, [])) for b, r in zip(budgets, rounds[1:n + 1])}
+    lattice = {b: _tau(sum(r, [])) for b, r in zip(budgets, rounds[n + 1:])}   # at the same budgets
     return OfflineResult(name, c.fusion, c.fc_layer_ids, param_counts(model)["total"], _tau(chain),
                          [_tau(r) for r in per], acc["acc_cond"], acc["acc_cum"], hist, tree,
-                         [[n + 1 for n, _ in r] for r in per], acc["counts"], c.kind)
+                         [[n + 1 for n, _ in r] for r in per], acc["counts"], c.kind, lattice)
 
 # %% ../nbs/06_evaluate.ipynb #15a29cff
 REPLAY_ROWS = 64          # contexts (prompt × transform) held and replayed at once
@@ -229,13 +243,15 @@ REPLAY_ROWS = 64          # contexts (prompt × transform) held and replayed at 
 def offline_tau_many(model: DFlashDraftModel, cache: HiddenStateCache, transforms: dict, indices=None,
                      budgets=(8, 16, 32, 64)) -> dict:
     "{name: `OfflineResult`} of `model` over `cache` samples `indices`, each under its tap transform (None: as is)."
+    # DFlash 2 with a selector: DDTree over its lattice too, at the same budgets
     c, fs = model.config, list(transforms.values())
     check_compatible(cache, tap_ids=c.fc_layer_ids, convention=c.tap_convention)
-    got = {n: [[] for _ in range(len(budgets) + 1)] for n in transforms}
+    rules = (None, *budgets, *(Lattice(b) for b in budgets if model.candidate_selector is not None))
+    got = {n: [[] for _ in rules] for n in transforms}
     for group in _groups(_samples(cache, indices, c.fc_layer_ids), max(1, REPLAY_ROWS // len(fs))):
         ids, starts, taps = zip(*group)
         ctx = prompt_contexts(model, [t if f is None else f(t) for f in fs for t in taps])
-        out = replay_prompts(model, ids * len(fs), ctx, starts * len(fs), (None, *budgets))
+        out = replay_prompts(model, ids * len(fs), ctx, starts * len(fs), rules)
         for k, n in enumerate(transforms):
             for mine, rows in zip(got[n], out): mine += rows[k * len(ids):(k + 1) * len(ids)]
     return {n: offline_result(model, n, r, budgets) for n, r in got.items()}
@@ -280,13 +296,14 @@ def selector_slots(model: DFlashDraftModel, cache: HiddenStateCache, indices=Non
 
 # %% ../nbs/06_evaluate.ipynb #47bc5553
 def comparison_rows(results: list[OfflineResult], positions=(1, 2, 4, 8, 15)) -> list[dict]:
-    "One row per drafter: layout, fc taps, params, τ chain, τ per DDTree budget, acc@k (cumulative) at `positions`."
-    rows = []
+    "One row per drafter: layout, fc taps, params, τ chain, τ per DDTree budget (and lattice), acc@k (cumulative) at `positions`."
+    rows, lattice = [], sorted({b for r in results for b in r.tau_lattice})
     for r in results:
         kind = {"kind": r.kind} if any(x.kind != "dflash" for x in results) else {}   # shown once DFlash 2 is there
         row = {"drafter": r.name, **kind, "fusion": r.fusion, "fc taps": r.fc_layer_ids,
                "params (M)": round(r.params / 1e6, 2), "tau": round(r.tau, 3)}
         row |= {f"tau DDTree-{b}": round(t, 3) for b, t in r.tau_tree.items()}
+        row |= {f"tau lattice-{b}": round(r.tau_lattice[b], 3) if b in r.tau_lattice else "-" for b in lattice}
         row |= {f"acc@{k}": round(r.acc_cum[k - 1], 3) for k in positions if k <= len(r.acc_cum)}
         rows.append(row)
     return rows

@@ -159,7 +159,7 @@ def launch(cfg: TrainConfig, nproc: int = 1, config_path=None, extra=(), nodes: 
 
 # %% ../nbs/05_launch.ipynb #01c7abbb
 def plot_metrics(records: list[dict]) -> Figure:
-    "Loss and τ̂ (estimated acceptance length) against step; for DFlash 2 also the selector's slot-1 recall and accuracy."
+    "Loss and τ̂ (estimated acceptance length) against step; DFlash 2: the selector's slot-1 recall, accuracy, lift."
     selector = [r for r in records if "topk_recall" in r]
     fig = Figure(figsize=(13.5 if selector else 9, 3), layout="constrained")
     axes, steps = fig.subplots(1, 3 if selector else 2), [r["step"] for r in records]
@@ -167,8 +167,10 @@ def plot_metrics(records: list[dict]) -> Figure:
         ax.plot(steps, [r[key] for r in records], marker=".")
         ax.set(xlabel="step", title=title)
     if selector:
-        for key, label in (("topk_recall", "top-K recall"), ("selector_acc", "selector accuracy")):
-            axes[2].plot([r["step"] for r in selector], [r[key][0] for r in selector], marker=".", label=label)
+        for key, label in (("topk_recall", "top-K recall"), ("selector_acc", "selector accuracy"),
+                           ("selector_lift", "lift over argmax")):
+            if all(key in r for r in selector):     # runs logged before the lift was recorded lack it
+                axes[2].plot([r["step"] for r in selector], [r[key][0] for r in selector], marker=".", label=label)
         axes[2].set(xlabel="step", title="DFlash 2 selector, slot 1")
         axes[2].legend()
     return fig

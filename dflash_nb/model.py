@@ -606,6 +606,12 @@ def draft_scores(self: DFlashDraftModel, h: torch.Tensor, anchor_tokens: torch.T
     return torch.full((*cand.shape[:-1], self.config.vocab_size), -torch.inf, device=h.device).scatter(-1, cand, scores)
 
 @patch
+def draft_lattice(self: DFlashDraftModel, h: torch.Tensor, anchor_tokens: torch.Tensor) -> tuple:
+    "(the selector's log-probs [N, S, K, K] of each candidate after each one before, the candidates [N, S, K]) of `h`."
+    cand, unary = self.candidates(h)
+    return self.candidate_selector.lattice(anchor_tokens, h, cand, unary).log_softmax(-1), cand
+
+@patch
 def without_selector(self: DFlashDraftModel) -> DFlashDraftModel:
     "A view of this drafter (weights shared) that drafts each slot's argmax: DFlash 2 with its selector off."
     view = copy.copy(self)

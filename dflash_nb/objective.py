@@ -156,7 +156,7 @@ class RowsLoss:
         self.drafter, self.targets, self.cfg, self.head = drafter, targets, cfg, head
         self.pos, self.sup = slot_positions(targets, drafter.config.block_size)
         self.selector_weight = selector_weight if drafter.candidate_selector is not None else 0.0
-        self.selector_counts = torch.zeros(3, drafter.config.block_size - 1, dtype=torch.float64,
+        self.selector_counts = torch.zeros(4, drafter.config.block_size - 1, dtype=torch.float64,
                                            device=targets.input_ids.device)
 
     def __call__(self, h: torch.Tensor, rows: slice) -> tuple:
@@ -171,7 +171,7 @@ class RowsLoss:
             ce, listed, right = selector_terms(self.drafter, h[:, :, 1:], logits[:, :, 1:], labels, prev,
                                                self.cfg.selector_detach)
             loss = loss + self.selector_weight * (ce * w).sum()
-            self.selector_counts += torch.stack([sup, listed & sup, right & sup]).sum((1, 2)).double()
+            self.selector_counts += torch.stack([sup, listed & sup, right & sup, correct]).sum((1, 2)).double()
         return loss, w.sum(), correct, labels
 
 # %% ../nbs/04b_objective.ipynb #4058ee19
@@ -270,7 +270,7 @@ class SlotGrads:
 
 # %% ../nbs/04b_objective.ipynb #95538df7
 class SelectorMetrics:
-    "Callback: DFlash 2's top-K recall and selector accuracy per slot, and the selector weight, in each record."
+    "Callback: DFlash 2's top-K recall, selector accuracy and lift per slot, and the selector weight, in each record."
     def __init__(self): self.counts, self.weight = None, None
     def after_loss(self, trainer, out: dict) -> dict:
         c, self.weight = out["selector"], out["selector_weight"]          # the weight this step's loss used
@@ -279,11 +279,12 @@ class SelectorMetrics:
     def after_record(self, trainer, rec: dict) -> dict:
         from dflash_nb.distributed import all_sum
         if self.counts is None: return rec
-        n, listed, right = all_sum(self.counts).tolist()
+        n, listed, right, argmax = all_sum(self.counts).tolist()
         self.counts = None
         recall = [a / max(1, b) for a, b in zip(listed, n)]
         return rec | {"selector_weight": self.weight, "topk_recall": recall,
-                      "selector_acc": [a / max(1, b) for a, b in zip(right, listed)]}
+                      "selector_acc": [a / max(1, b) for a, b in zip(right, listed)],
+                      "selector_lift": [(a - b) / max(1, m) for a, b, m in zip(right, argmax, n)]}
 
 # %% ../nbs/04b_objective.ipynb #876e82bc
 def run_callbacks(cfg: TrainConfig, dc: DFlashConfig | None = None) -> list:

@@ -23,12 +23,12 @@ from .diagnostics import retrofit_fused
 from .cli import refusals
 
 # %% auto #0
-__all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'RETROFIT', 'T95', 'StudyConfig', 'run_dir', 'retrofit_init', 'run_config',
-           'load_study_config', 'StudyInputs', 'load_inputs', 'held_out_indices', 'evaluate_run', 'train_run',
-           'retrofit_stage', 'retrofit_first_stage', 'config_changes', 'run_one', 'run_study', 't95', 'Interval',
-           'mean_ci', 'paired_diff', 'verdict', 'by_variant', 'summary_rows', 'question_rows', 'plot_study_tau',
-           'plot_study_acceptance', 'plot_question', 'plot_questions', 'plot_study_training', 'slot_loss',
-           'plot_slot_dilution', 'write_study_report', 'study_parser', 'study_main']
+__all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'RETROFIT', 'T95', 'SELECTOR_COLUMNS', 'StudyConfig', 'run_dir',
+           'retrofit_init', 'run_config', 'load_study_config', 'StudyInputs', 'load_inputs', 'held_out_indices',
+           'evaluate_run', 'train_run', 'retrofit_stage', 'retrofit_first_stage', 'config_changes', 'run_one',
+           'run_study', 't95', 'Interval', 'mean_ci', 'paired_diff', 'verdict', 'by_variant', 'summary_rows',
+           'question_rows', 'plot_study_tau', 'plot_study_acceptance', 'plot_question', 'plot_questions',
+           'plot_study_training', 'slot_loss', 'plot_slot_dilution', 'write_study_report', 'study_parser', 'study_main']
 
 # %% ../nbs/12_recipe_study.ipynb #7d270c01
 LAUNCHERS = ("inline", "torchrun")
@@ -189,11 +189,15 @@ def held_out_indices(sc: StudyConfig, held_out) -> list[int]:
 def evaluate_run(ck, sc: StudyConfig, inputs: StudyInputs, name: str = "drafter") -> dict:
     "Offline chain τ, DDTree τ (the budgets and B-1) and per-position acceptance of checkpoint `ck` on held-out data."
     model = DFlashDraftModel.from_pretrained(ck, target_model=inputs.target.model).eval()
-    eq = model.config.block_size - 1
+    eq, idx = model.config.block_size - 1, held_out_indices(sc, inputs.held_out)
     budgets = sorted(set(sc.budgets) | {eq})
-    r = offline_tau(model, inputs.held_out, held_out_indices(sc, inputs.held_out), budgets, name)
-    return {"tau": r.tau, "tau_equal_cost": r.tau_tree[eq], "equal_cost_budget": eq,
-            "tau_tree": {str(b): t for b, t in r.tau_tree.items()}, "acc_cum": r.acc_cum, "acc_cond": r.acc_cond}
+    r = offline_tau(model, inputs.held_out, idx, budgets, name)
+    out = {"tau": r.tau, "tau_equal_cost": r.tau_tree[eq], "equal_cost_budget": eq,
+           "tau_tree": {str(b): t for b, t in r.tau_tree.items()}, "acc_cum": r.acc_cum, "acc_cond": r.acc_cond}
+    if model.candidate_selector is not None:      # DFlash 2: the lattice tree, and the same drafter without its selector
+        off = offline_tau(model.without_selector(), inputs.held_out, idx, (), name)
+        out |= {"tau_lattice_equal_cost": r.tau_lattice[eq], "tau_selector_off": off.tau}
+    return out
 
 # %% ../nbs/12_recipe_study.ipynb #6e00fd72
 def train_run(cfg: TrainConfig, sc: StudyConfig, inputs: StudyInputs, stop_after: int | None = None) -> Path | None:
@@ -327,6 +331,8 @@ def by_variant(results: list[dict]) -> dict:
     return out
 
 # %% ../nbs/12_recipe_study.ipynb #7c6ed5a7
+SELECTOR_COLUMNS = {"tau_selector_off": "tau chain, selector off", "tau_lattice_equal_cost": "tau lattice-(B-1)"}
+
 def summary_rows(results: list[dict], baseline: str) -> list[dict]:
     "Report rows: variant, seeds, chain τ and DDTree-(B-1) τ [95% CI], paired chain-τ difference vs `baseline`."
     runs = by_variant(results)
@@ -338,6 +344,10 @@ def summary_rows(results: list[dict], baseline: str) -> list[dict]:
         rows.append({"variant": n, "seeds": len(per), "tau chain": str(mean_ci(tau[n].values())),
                      "tau DDTree-(B-1)": str(mean_ci(r["tau_equal_cost"] for r in per.values())),
                      "diff vs baseline": str(d) if d else "(baseline)", "verdict": verdict(d) if d else ""})
+    for key, col in SELECTOR_COLUMNS.items():      # DFlash 2 studies: "-" where a variant has no selector
+        if any(key in r for r in results):
+            for row, per in zip(rows, runs.values()):
+                row[col] = str(mean_ci(r[key] for r in per.values())) if all(key in r for r in per.values()) else "-"
     return rows
 
 # %% ../nbs/12_recipe_study.ipynb #5432a17e

@@ -31,9 +31,9 @@ from .distributed import (DIST_TIMEOUT, resolve_device, init_distributed, parall
 from .cli import refusals
 
 # %% auto #0
-__all__ = ['RESUME_FREE', 'Trainer', 'train', 'lr_at', 'mask_token_hint', 'drafter_config_for', 'norm_scale', 'init_final_norm',
-           'load_run_inputs', 'checkpoint_to_resume', 'build_drafter', 'read_metrics', 'train_parser',
-           'relaunch_command', 'run_ranks', 'check_fits', 'train_main']
+__all__ = ['RESUME_FREE', 'Trainer', 'clip_groups', 'train', 'lr_at', 'mask_token_hint', 'drafter_config_for', 'norm_scale',
+           'init_final_norm', 'load_run_inputs', 'checkpoint_to_resume', 'build_drafter', 'read_metrics',
+           'train_parser', 'relaunch_command', 'run_ranks', 'check_fits', 'train_main']
 
 # %% ../nbs/04a_train.ipynb #ba3d2bf3
 class Trainer:
@@ -48,6 +48,7 @@ class Trainer:
         self.device, self.out = model.embed_tokens.weight.device, Path(cfg.out_dir)
         self.sharded = cfg.parallel == "fsdp" and self.world > 1
         self.params = [p for p in model.parameters() if p.requires_grad]
+        self.clip_groups = clip_groups(model)
         self.head = TargetHead(target.model.get_decoder().norm, target.model.get_output_embeddings())
         self.plan = BatchPlan(data.lengths, cfg, self.rank, self.world)
         self.total = cfg.steps or cfg.epochs * self.plan.per_epoch // cfg.grad_accum
@@ -82,14 +83,14 @@ class Trainer:
         for micro in range(cfg.grad_accum):
             c, lo, n = self.one_batch(micro)
             counts, loss, toks = counts + c, loss + lo.double() / cfg.grad_accum, toks + n
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)
+        grad_norms = [torch.nn.utils.clip_grad_norm_(g, cfg.grad_clip) for g in self.clip_groups]
         lr = lr_at(self.step, self.total, cfg.lr, cfg.warmup)
         for group in self.opt.param_groups: group["lr"] = lr
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.step += 1
         return dict(step=self.step, lr=lr, noise=noise, t0=t0, counts=counts, loss=loss, tokens=toks,
-                    grad_norm=grad_norm)
+                    grad_norms=grad_norms)
 
     def one_batch(self, micro: int) -> tuple:
         "Forward and backward of micro-batch `micro`: (acceptance counts, loss) on the device, and its token count."
@@ -109,6 +110,15 @@ class Trainer:
         for cb in self.cbs:
             if handler := getattr(cb, event, None): value = handler(self, value, *args)
         return value
+
+# %% ../nbs/04a_train.ipynb #6fc76283
+def clip_groups(model: DFlashDraftModel) -> list[list]:
+    "The trainable parameters in the groups `grad_clip` clips apart: the drafter's, and a DFlash 2 selector's."
+    sel = set(model.candidate_selector.parameters()) if model.candidate_selector is not None else set()
+    groups = [[p for p in model.parameters() if p.requires_grad and p not in sel],
+              [p for p in model.parameters() if p.requires_grad and p in sel]]
+    return [g for g in groups if g]
+
 
 # %% ../nbs/04a_train.ipynb #0d773eb3
 @patch(cls_method=True)
@@ -189,11 +199,15 @@ def record(self: Trainer, sums: dict) -> dict:
     self.check_finite()
     toks = torch.full((1,), sums["tokens"], dtype=torch.float64, device=self.device)
     tot = all_sum(torch.cat([sums["counts"].flatten(), sums["loss"].view(1), toks]))
-    tot = torch.cat([tot, whole_tensor(sums["grad_norm"]).detach().double().view(1).to(tot.device)]).cpu()   # one host read
-    rec = {"step": sums["step"], "loss": tot[-3].item() / self.world, "lr": sums["lr"], "grad_norm": tot[-1].item(),
-           **acceptance_metrics(tot[:-3].view(3, -1)),
-           "tokens_per_s": tot[-2].item() / (time.perf_counter() - sums["t0"]), "noise": sums["noise"]}
+    norms = [whole_tensor(n).detach().double().view(1).to(tot.device) for n in sums["grad_norms"]]
+    tot = torch.cat([tot, *norms]).cpu()                                                     # one host read
+    tot, norms = tot[:-len(norms)], tot[-len(norms):].tolist()
+    rec = {"step": sums["step"], "loss": tot[-2].item() / self.world, "lr": sums["lr"], "grad_norm": norms[0],
+           **acceptance_metrics(tot[:-2].view(3, -1)),
+           "tokens_per_s": tot[-1].item() / (time.perf_counter() - sums["t0"]), "noise": sums["noise"]}
+    if len(norms) > 1: rec["selector_grad_norm"] = norms[1]                                 # before clipping, as grad_norm
     return self.callback("after_record", rec)
+
 
 # %% ../nbs/04a_train.ipynb #0fd017ca
 @patch

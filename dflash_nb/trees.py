@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import torch
 
 # %% auto #0
-__all__ = ['DraftTree', 'grow_tree', 'build_tree', 'tree_attention_mask', 'walk_tree']
+__all__ = ['DraftTree', 'Lattice', 'best_first_tree', 'grow_tree', 'build_tree', 'lattice_tree', 'tree_attention_mask',
+           'walk_tree']
 
 # %% ../nbs/05b_trees.ipynb #059420d6
 @dataclass
@@ -23,28 +24,52 @@ class DraftTree:
     depths: torch.Tensor
     def __len__(self): return len(self.tokens)
 
+@dataclass(frozen=True)
+class Lattice:
+    "The DDTree rule over DFlash 2's selector lattice (`lattice_tree`) with `budget` nodes; a plain int is the unary one."
+    budget: int
+
 # %% ../nbs/05b_trees.ipynb #c733dcdf
+def best_first_tree(options, depth_max: int, budget: int) -> DraftTree:
+    "The `budget` best prefixes, best-first; `options(d, c)`: slot d's (log-probs descending, choices, tokens) after choice c."
+    memo = {}
+    def opt(d, c):
+        if (d, c) not in memo: memo[d, c] = options(d, c)
+        return memo[d, c]
+    heap, index, nodes = [(-opt(0, -1)[0][0], (0,), -1)], {}, []     # (-log-prob, ranks, the choice before the last)
+    while heap and len(nodes) < budget:
+        neg, ranks, prev = heapq.heappop(heap)
+        (d, r), (lps, choices, tokens) = (len(ranks), ranks[-1]), opt(len(ranks) - 1, prev)
+        index[ranks] = len(nodes)
+        nodes.append((d, index.get(ranks[:-1], -1), tokens[r]))
+        if r + 1 < len(lps):    # the next sibling: rank r + 1 at the last slot
+            heapq.heappush(heap, (neg + lps[r] - lps[r + 1], ranks[:-1] + (r + 1,), prev))
+        if d < depth_max:       # the first child: rank 0 at the next slot, after this node's choice
+            heapq.heappush(heap, (neg - opt(d, choices[r])[0][0], ranks + (0,), choices[r]))
+    depths, parents, tokens = zip(*nodes)
+    return DraftTree(torch.tensor(tokens), torch.tensor(parents), torch.tensor(depths))
+
 def grow_tree(top_lp: list, top_tok: torch.Tensor, budget: int) -> DraftTree:
     "The best-first tree over per-slot top log-probs `top_lp` [B-1][k] (a list, descending) and their tokens [B-1, k]."
-    depth_max, width = len(top_lp), len(top_lp[0])
-    heap, index, nodes = [(-top_lp[0][0], (0,))], {}, []
-    while heap and len(nodes) < budget:
-        neg, ranks = heapq.heappop(heap)
-        d, r = len(ranks), ranks[-1]
-        index[ranks] = len(nodes)
-        nodes.append((ranks, index.get(ranks[:-1], -1)))
-        if r + 1 < width:       # the next sibling: rank r + 1 at the last slot
-            heapq.heappush(heap, (neg + top_lp[d - 1][r] - top_lp[d - 1][r + 1], ranks[:-1] + (r + 1,)))
-        if d < depth_max:       # the first child: rank 0 at the next slot
-            heapq.heappush(heap, (neg - top_lp[d][0], ranks + (0,)))
-    tokens = [top_tok[len(r) - 1, r[-1]].item() for r, _ in nodes]
-    parents, depths = [p for _, p in nodes], [len(r) for r, _ in nodes]
-    return DraftTree(torch.tensor(tokens), torch.tensor(parents), torch.tensor(depths))
+    toks, same = top_tok.tolist(), [0] * len(top_lp[0])     # a slot's options do not depend on the choice before it
+    return best_first_tree(lambda d, c: (top_lp[d], same, toks[d]), len(top_lp), budget)
 
 def build_tree(logprobs: torch.Tensor, budget: int) -> DraftTree:
     "The `budget` most probable draft prefixes under the product of per-slot marginals `logprobs` [B-1, V]."
     top_lp, top_tok = logprobs.float().topk(min(budget, logprobs.shape[-1]), -1)
     return grow_tree(top_lp.tolist(), top_tok, budget)
+
+
+# %% ../nbs/05b_trees.ipynb #89abaf6c
+def lattice_tree(logq: torch.Tensor, tokens: torch.Tensor, budget: int) -> DraftTree:
+    "The `budget` most probable prefixes of a K-state chain: conditional log-probs `logq` [S, K, K], tokens [S, K]."
+    lp, order = logq.float().sort(-1, descending=True)
+    lp, order, toks = lp.tolist(), order.tolist(), tokens.tolist()
+    def options(d, c):
+        row = max(c, 0)                          # slot 0: every row is the anchor's
+        return lp[d][row], order[d][row], [toks[d][j] for j in order[d][row]]
+    return best_first_tree(options, len(lp), budget)
+
 
 # %% ../nbs/05b_trees.ipynb #d1fd39c8
 def tree_attention_mask(tree: DraftTree) -> torch.Tensor:

@@ -33,6 +33,7 @@ class TargetPass:
     next_tokens: torch.Tensor   # [T]
     taps: torch.Tensor          # [T, n_taps*H], ascending tap ids
     node_states: dict           # {linear layer: (conv windows [C, T, K], recurrent states [T, 1, Hv, dk, dv])}
+    logits: torch.Tensor | None = None   # [T, V] (the last `logits_to_keep`): what sampling at T > 0 draws from
 
 # %% ../nbs/07a_verify.ipynb #522982d2
 def new_cache(target: Target) -> DynamicCache:
@@ -57,7 +58,7 @@ def target_pass(target: Target, ids, cache: DynamicCache, taps, parents: torch.T
         logits = target.model(input_ids=ids[None].to(target.model.device), cache=cache, use_cache=True,
                               position_ids=position_ids, attention_mask=attention_mask,
                               logits_to_keep=logits_to_keep).logits
-    return TargetPass(logits[0].argmax(-1), torch.cat([got[k] for k in sorted(got)], -1)[0], states)
+    return TargetPass(logits[0].argmax(-1), torch.cat([got[k] for k in sorted(got)], -1)[0], states, logits[0])
 
 # %% ../nbs/07a_verify.ipynb #c1d1219f
 def conv_windows(parents: torch.Tensor, k: int) -> torch.Tensor:
