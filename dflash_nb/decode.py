@@ -19,10 +19,10 @@ from .verify import (TargetPass, new_cache, target_pass, check_gdn_forward, drop
                               keep_kv)
 
 # %% auto #0
-__all__ = ['clock', 'stop_ids', 'finish_tokens', 'greedy_generate', 'Decoding', 'check_decodable', 'start_decoding',
+__all__ = ['clock', 'stop_ids', 'finish_tokens', 'greedy_generate', 'Sampling', 'Decoding', 'check_decodable', 'start_decoding',
            'accepted_prefix', 'draft_block', 'block_states', 'rollback', 'chain_round', 'tree_inputs', 'draft_tree',
-           'tree_round', 'speculative_generate', 'Sampling', 'sample_drafts', 'sampled_chain_round',
-           'decode_comparison', 'time_per_token']
+           'tree_round', 'speculative_generate', 'sample_drafts', 'sampled_chain_round', 'decode_comparison',
+           'time_per_token']
 
 # %% ../nbs/07_decode.ipynb #634f1f52
 def clock(device) -> float:
@@ -60,6 +60,35 @@ def greedy_generate(target: Target, prompt_ids, max_new_tokens: int, eos_token_i
     while len(tokens) < max_new_tokens and tokens[-1] not in eos:
         tokens.append(step(torch.tensor([[tokens[-1]]])))
     return dict(tokens=tokens, prefill_s=t1 - t0, decode_s=clock(dev) - t1)
+
+# %% ../nbs/07_decode.ipynb #8e3d3a79
+@dataclass
+class Sampling:
+    "Decoding at temperature T > 0: logits / T, then top-k, then top-p (as transformers' warpers), drawn with `seed`."
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = 0
+    def __post_init__(self):
+        if not (isinstance(self.temperature, (int, float)) and 0 < self.temperature < float("inf")):
+            raise ValueError(f"temperature={self.temperature!r}: sampling needs a temperature > 0 (0 is greedy "
+                             "decoding: pass sampling=None).")
+        if self.top_k is not None and not (isinstance(self.top_k, int) and self.top_k >= 1):
+            raise ValueError(f"top_k={self.top_k!r}: give a whole number >= 1, or None for no top-k cut.")
+        if self.top_p is not None and not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
+            raise ValueError(f"top_p={self.top_p!r}: give a probability in (0, 1], or None for no top-p cut.")
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        "The distribution [..., V] tokens are drawn from, float32."
+        x = logits.float() / self.temperature
+        if self.top_k is not None and self.top_k < x.shape[-1]:
+            x = x.masked_fill(x < x.topk(self.top_k, -1).values[..., -1:], -torch.inf)
+        p = x.softmax(-1)
+        if self.top_p is not None and self.top_p < 1:
+            sp, order = p.sort(-1, descending=True)
+            sp = sp.masked_fill(sp.cumsum(-1) - sp >= self.top_p, 0)     # the mass before a token already reaches top_p
+            p = torch.zeros_like(p).scatter(-1, order, sp / sp.sum(-1, keepdim=True))
+        return p
+
 
 # %% ../nbs/07_decode.ipynb #79524f6a
 @dataclass
@@ -223,35 +252,6 @@ def speculative_generate(target: Target, drafter, prompt_ids, max_new_tokens: in
     return dict(tokens=finish_tokens(s.tokens, max_new_tokens, eos), acceptance=s.acceptance,
                 tau=sum(s.acceptance) / n, prefill_s=prefill_s, decode_s=sum(s.times.values()), **s.times,
                 rollback_s_per_round=s.times["rollback_s"] / n)
-
-
-# %% ../nbs/07_decode.ipynb #8e3d3a79
-@dataclass
-class Sampling:
-    "Decoding at temperature T > 0: logits / T, then top-k, then top-p (as transformers' warpers), drawn with `seed`."
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
-    seed: int = 0
-    def __post_init__(self):
-        if not (isinstance(self.temperature, (int, float)) and 0 < self.temperature < float("inf")):
-            raise ValueError(f"temperature={self.temperature!r}: sampling needs a temperature > 0 (0 is greedy "
-                             "decoding: pass sampling=None).")
-        if self.top_k is not None and not (isinstance(self.top_k, int) and self.top_k >= 1):
-            raise ValueError(f"top_k={self.top_k!r}: give a whole number >= 1, or None for no top-k cut.")
-        if self.top_p is not None and not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
-            raise ValueError(f"top_p={self.top_p!r}: give a probability in (0, 1], or None for no top-p cut.")
-    def probs(self, logits: torch.Tensor) -> torch.Tensor:
-        "The distribution [..., V] tokens are drawn from, float32."
-        x = logits.float() / self.temperature
-        if self.top_k is not None and self.top_k < x.shape[-1]:
-            x = x.masked_fill(x < x.topk(self.top_k, -1).values[..., -1:], -torch.inf)
-        p = x.softmax(-1)
-        if self.top_p is not None and self.top_p < 1:
-            sp, order = p.sort(-1, descending=True)
-            sp = sp.masked_fill(sp.cumsum(-1) - sp >= self.top_p, 0)     # the mass before a token already reaches top_p
-            p = torch.zeros_like(p).scatter(-1, order, sp / sp.sum(-1, keepdim=True))
-        return p
 
 
 # %% ../nbs/07_decode.ipynb #df57f464
