@@ -4,6 +4,7 @@ Modules:
 
 - `dflash_nb.cache`: The on-disk format of tapped hidden states: safetensors shards and a manifest, written resumably, checked on open, read lazily; and the import of legacy per-sample `.pt` caches.
 - `dflash_nb.dflash2`: The grouped dynamic convolution DFlash 2 wraps around every sublayer, and the candidate selector that picks each slot's draft among the target head's top-K by a low-rank transition score from the previous draft.
+- `dflash_nb.diagnose`: Two or more drafters for one target set side by side as a diff, measured with intervals over prompts, and the gap between them attributed by counterfactuals measured on the same prompts: `dflash-diagnose`.
 - `dflash_nb.distributed`: Where a run's processes come from: the device, the process group, DDP or FSDP, collectives, machines that meet at a rendezvous, and a peer that goes away.
 - `dflash_nb.extract`: Regenerate responses with the target, capture its tap layers with self-removing hooks, and stream them into the resumable, checksummed cache of `dflash_nb.cache`.
 - `dflash_nb.objective`: What one training step computes from a batch: loss targets, the position-decayed CE or KL over a block's slots (a few anchors at a time), acceptance counts, noise on the fc input, and the per-slot gradient diagnostic.

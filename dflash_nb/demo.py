@@ -88,7 +88,7 @@ def stage_upgrade(target, ckpt: Path, path: Path, cfg: DemoConfig) -> Path:
 def _read_offline(path: Path) -> list[OfflineResult]:
     "`OfflineResult`s from their JSON (DDTree budget keys back to integers)."
     ints = lambda m: {int(k): v for k, v in m.items()}
-    return [OfflineResult(**(d | {"tau_tree": ints(d["tau_tree"]), "tau_lattice": ints(d.get("tau_lattice", {}))}))
+    return [OfflineResult(**(d | {k: ints(d.get(k, {})) for k in ("tau_tree", "tau_lattice", "tree_per_prompt")}))
             for d in json.loads(path.read_text())]
 
 # %% ../nbs/10_demo.ipynb #4af33d35

@@ -25,8 +25,9 @@ from .cli import refusals
 __all__ = ['SPANS', 'ROW_BYTES', 'BLOCKS_PER_CALL', 'REPLAY_ROWS', 'SMALL_N', 'SHOW', 'accept_chain', 'accept_tree', 'replay',
            'pad_stack', 'prompt_contexts', 'blocks_per_call', 'AnchorDrafts', 'anchor_drafts', 'replay_prompts',
            'OfflineResult', 'round_acceptance', 'offline_result', 'offline_tau_many', 'offline_tau', 'selector_slots',
-           'comparison_rows', 'markdown_table', 'wilson_interval', 'plot_acceptance', 'load_drafters',
-           'with_selector_off', 'compare', 'eval_parser', 'eval_main']
+           'anchor_overlaps', 'expected_acceptance', 'comparison_rows', 'markdown_table', 'wilson_interval',
+           'plot_acceptance', 'load_drafters', 'with_selector_off', 'compare', 'eval_parser', 'eval_sampling',
+           'eval_main']
 
 # %% ../nbs/06_evaluate.ipynb #f04e61d2
 def accept_chain(logits: torch.Tensor, truth: torch.Tensor) -> int:
@@ -197,6 +198,8 @@ class OfflineResult:
     counts: dict = field(default_factory=dict)     # per slot: rounds checkable / accepted to it / reaching it
     kind: str = "dflash"                            # dflash or dflash2 (see DFlashConfig.kind)
     tau_lattice: dict = field(default_factory=dict) # DFlash 2: DDTree over the selector's lattice, budget -> τ
+    sampled: dict = field(default_factory=dict)     # at T > 0: `expected_acceptance` (temperature, tau, per slot)
+    tree_per_prompt: dict = field(default_factory=dict)   # DDTree budget -> τ of each prompt
 
 # %% ../nbs/06_evaluate.ipynb #6e6566c2
 def round_acceptance(rounds, block_size: int) -> dict:
@@ -235,7 +238,8 @@ def offline_result(model: DFlashDraftModel, name: str, rounds: list, budgets) ->
     lattice = {b: _tau(sum(r, [])) for b, r in zip(budgets, rounds[n + 1:])}   # at the same budgets
     return OfflineResult(name, c.fusion, c.fc_layer_ids, param_counts(model)["total"], _tau(chain),
                          [_tau(r) for r in per], acc["acc_cond"], acc["acc_cum"], hist, tree,
-                         [[n + 1 for n, _ in r] for r in per], acc["counts"], c.kind, lattice)
+                         [[n + 1 for n, _ in r] for r in per], acc["counts"], c.kind, lattice,
+                         tree_per_prompt={b: [_tau(x) for x in r] for b, r in zip(budgets, rounds[1:n + 1])})
 
 # %% ../nbs/06_evaluate.ipynb #15a29cff
 REPLAY_ROWS = 64          # contexts (prompt × transform) held and replayed at once
@@ -294,6 +298,52 @@ def selector_slots(model: DFlashDraftModel, cache: HiddenStateCache, indices=Non
             "selector_error": (missed / listed.clamp(min=1)).tolist(),
             "argmax_error": (argmax_wrong / reached.clamp(min=1)).tolist()}
 
+# %% ../nbs/06_evaluate.ipynb #c4aa7ee5
+def _overlap(model: DFlashDraftModel, h: torch.Tensor, p: torch.Tensor, prev: torch.Tensor, T: float) -> torch.Tensor:
+    "Σ_x min(p, q) [n, S] of slot states `h` [n, S, H] against the target's p [n, S, V]; `prev`: each slot's predecessor."
+    if model.candidate_selector is None: q = (model.logits(h).float() / T).softmax(-1)
+    else:
+        cand, unary = model.candidates(h)
+        score = unary + model.candidate_selector.transition(prev, h, cand)
+        q = torch.zeros_like(p).scatter(-1, cand, (score / T).softmax(-1))
+    return torch.minimum(p, q).sum(-1)
+
+@torch.no_grad()
+def anchor_overlaps(model: DFlashDraftModel, cache: HiddenStateCache, target_model, sampling, indices=None):
+    "α [anchors, B-1] at `sampling` (a `decode.Sampling`): every anchor of the responses, in order; 0 past their end."
+    c, dev = model.config, model.device
+    if not cache.has_final:
+        raise ValueError(f"{cache.path} holds no final states (the target's p needs them): re-extract it with final.")
+    check_compatible(cache, tap_ids=c.fc_layer_ids, convention=c.tap_convention)
+    norm, head = target_model.get_decoder().norm, target_model.get_output_embeddings()
+    alphas = []
+    for group in _groups([i for i in (range(len(cache)) if indices is None else indices)
+                          if _start(cache[i]["loss_mask"]) is not None], REPLAY_ROWS):
+        recs = [cache[i] for i in group]
+        ids, finals = [r["input_ids"] for r in recs], [r["final"] for r in recs]
+        ctx = prompt_contexts(model, [cache.taps_for(i, c.fc_layer_ids) for i in group])
+        anchors = [(k, p) for k, r in enumerate(recs) for p in range(_start(r["loss_mask"]), len(r["input_ids"]) - 1)]
+        for part in _groups(anchors, blocks_per_call(model, ctx)):
+            d = anchor_drafts(model, ctx, ids, part, chain=False)
+            live = d.truths >= 0                                              # slots inside the response
+            pos = torch.tensor([p for _, p in part])[:, None] + torch.arange(c.block_size - 1)   # the state before slot k
+            final = torch.stack([finals[k][pos[j].clamp(max=len(ids[k]) - 1)] for j, (k, _) in enumerate(part)])
+            p = sampling.probs(head(norm(final.to(head.weight.device, head.weight.dtype))))
+            prev = torch.cat([d.tokens[:, None], d.truths[:, :-1].clamp(min=0)], 1)     # teacher-forced predecessors
+            a = _overlap(model, d.blocks.hidden(None, 0, None), p.to(dev), prev.to(dev), sampling.temperature)
+            alphas.append(a.cpu() * live)
+    if not alphas: raise ValueError("No sample in the cache has response tokens (loss_mask is all 0): nothing to evaluate.")
+    return torch.cat(alphas)
+
+def expected_acceptance(model: DFlashDraftModel, cache: HiddenStateCache, target_model, sampling,
+                        indices=None) -> dict:
+    "Expected chain τ (mean over anchors) and per-slot acceptance at `sampling`, from `anchor_overlaps`."
+    a = anchor_overlaps(model, cache, target_model, sampling, indices).double()
+    cum = a.cumprod(1)
+    return {"temperature": sampling.temperature, "tau": 1 + cum.sum(1).mean().item(), "anchors": len(a),
+            "acc_cond": a.mean(0).tolist(), "acc_cum": cum.mean(0).tolist()}
+
+
 # %% ../nbs/06_evaluate.ipynb #47bc5553
 def comparison_rows(results: list[OfflineResult], positions=(1, 2, 4, 8, 15)) -> list[dict]:
     "One row per drafter: layout, fc taps, params, τ chain, τ per DDTree budget (and lattice), acc@k (cumulative) at `positions`."
@@ -304,6 +354,7 @@ def comparison_rows(results: list[OfflineResult], positions=(1, 2, 4, 8, 15)) ->
                "params (M)": round(r.params / 1e6, 2), "tau": round(r.tau, 3)}
         row |= {f"tau DDTree-{b}": round(t, 3) for b, t in r.tau_tree.items()}
         row |= {f"tau lattice-{b}": round(r.tau_lattice[b], 3) if b in r.tau_lattice else "-" for b in lattice}
+        row |= {f"tau T={r.sampled['temperature']:g} (expected)": round(r.sampled["tau"], 3)} if r.sampled else {}
         row |= {f"acc@{k}": round(r.acc_cum[k - 1], 3) for k in positions if k <= len(r.acc_cum)}
         rows.append(row)
     return rows
@@ -385,8 +436,9 @@ def with_selector_off(models: dict) -> dict:
 # %% ../nbs/06_evaluate.ipynb #eccdf749
 SHOW = ("describe", "progress", "plot")
 
-def compare(drafters, cache: HiddenStateCache, target_model=None, budgets=(8,), indices=None, show=SHOW):
-    "Evaluate `drafters` (see `load_drafters`) side by side over `cache`: (rows, results, axes or None)."
+def compare(drafters, cache: HiddenStateCache, target_model=None, budgets=(8,), indices=None, show=SHOW,
+            sampling=None):
+    "Evaluate `drafters` (see `load_drafters`) side by side over `cache`: (rows, results, axes or None); at T > 0 too."
     from dflash_nb.target import config_hash
     show = (show,) if isinstance(show, str) else show
     if bad := set(show) - set(SHOW): raise ValueError(f"Unknown show {sorted(bad)}: use any of {SHOW}.")
@@ -397,7 +449,11 @@ def compare(drafters, cache: HiddenStateCache, target_model=None, budgets=(8,), 
     if target_model is not None: check_compatible(cache, target_hash=config_hash(target_model.config))
     todo = range(len(cache)) if indices is None else indices
     bar = lambda n: tqdm(todo, desc=f"τ {n}", disable="progress" not in show)
+    if sampling is not None and target_model is None:
+        raise ValueError("Expected acceptance at T > 0 needs the target's final norm and lm_head: give target_model.")
     results = [offline_tau(m, cache, bar(n), budgets, n) for n, m in models.items()]
+    for r, m in zip(results, models.values()):   # the greedy numbers stay; the expected τ at T joins them
+        if sampling is not None: r.sampled = expected_acceptance(m, cache, target_model, sampling, indices)
     return comparison_rows(results), results, plot_acceptance(results) if "plot" in show else None
 
 # %% ../nbs/06_evaluate.ipynb #f0e3f611
@@ -418,20 +474,34 @@ def eval_parser() -> argparse.ArgumentParser:
     ap.add_argument("--attention", choices=ATTENTION_MODES, default="config",
                     help="attention semantics: as configured, or an override (bidirectional, causal, full)")
     ap.add_argument("--limit", type=int, default=0, help="evaluate only the first N samples (0: all)")
+    ap.add_argument("--temperature", type=float, default=0.0, help="also the expected chain τ when sampling at this "
+                    "temperature (default 0: greedy only, today's numbers)")
+    ap.add_argument("--top-k", type=int, help="with --temperature: the target's top-k cut")
+    ap.add_argument("--top-p", type=float, help="with --temperature: the target's top-p (nucleus) cut")
     ap.add_argument("--out", default="eval.json", help="JSON file to write (default: eval.json)")
     return ap
 
 # %% ../nbs/06_evaluate.ipynb #106bf1aa
+def eval_sampling(a: argparse.Namespace):
+    "The `decode.Sampling` of `dflash-eval`'s --temperature/--top-k/--top-p; None at temperature 0 (greedy only)."
+    from dflash_nb.decode import Sampling
+    if a.temperature == 0:
+        if a.top_k is not None or a.top_p is not None:
+            raise ValueError("--top-k and --top-p shape sampling: give --temperature > 0 with them, or drop them.")
+        return None
+    return Sampling(a.temperature, a.top_k, a.top_p)
+
 def _evaluate(a: argparse.Namespace) -> list:
     "Run `dflash-eval` on parsed arguments `a`: write the JSON, print the table, return the results."
     from dflash_nb.target import load_target_heads
     if a.names and len(a.names) != len(a.checkpoint):
         raise ValueError(f"--names gives {len(a.names)} labels for {len(a.checkpoint)} checkpoints; "
                          "give one per checkpoint.")
+    sampling = eval_sampling(a)
     cache, target = HiddenStateCache(a.cache), load_target_heads(a.target, dtype=a.target_dtype)
     idx = range(min(a.limit, len(cache))) if a.limit else None
     models = load_drafters(dict(zip(a.names, a.checkpoint)) if a.names else a.checkpoint, target.model, a.attention)
-    rows, results, _ = compare(models, cache, target.model, tuple(a.budgets), idx, show=("describe", "progress"))
+    rows, results, _ = compare(models, cache, target.model, tuple(a.budgets), idx, ("describe", "progress"), sampling)
     atomic_write(a.out, lambda p: p.write_text(json.dumps([asdict(r) for r in results], indent=1)))
     print(markdown_table(rows))
     return results
