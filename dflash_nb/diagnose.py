@@ -11,13 +11,12 @@ import argparse, json
 from copy import copy
 from dataclasses import replace
 from pathlib import Path
-import torch
 from .cache import HiddenStateCache
 from .model import DFlashDraftModel, param_counts
 from .evaluate import load_drafters, offline_tau_many, markdown_table, plot_acceptance
 from .diagnostics import tap_transform, tap_means
 from .checkpoint import latest_checkpoint, read_training_state
-from .study import mean_ci, Interval
+from .study import mean_ci
 from .storage import atomic_write, check_output_dir
 from .cli import refusals
 
