@@ -122,8 +122,15 @@ def _variant_taus(m: DFlashDraftModel, cache: HiddenStateCache, indices, masks) 
     for k, v in views.items(): out[k] = offline_tau_many(v, cache, {k: None}, indices, budgets=())[k].tau_per_prompt
     return out
 
+def _reproduces(m: DFlashDraftModel, toggle: str, o: DFlashDraftModel) -> bool:
+    "Whether `toggle` of drafter `m` makes it like drafter `o` in that respect (a tap `o` lacks, `o`'s attention or mask)."
+    c, oc, what = m.config, o.config, toggle.split()
+    if toggle.endswith("zeroed"): return int(what[1]) not in oc.fc_layer_ids
+    if what[0] == "attention": return c.with_attention(what[1]).layer_attention == oc.layer_attention
+    return what[0] == "mask" and int(what[2]) == oc.mask_token_id
+
 def counterfactuals(models: dict, cache: HiddenStateCache, indices=None) -> list[dict]:
-    "Rows {drafter, difference, tau, delta [95% over prompts, paired]} of each drafter's evaluation-time toggles."
+    "Rows {drafter, difference, tau, delta tau [95% over prompts, paired], like: the drafters it makes it like}."
     masks, rows = {m.config.mask_token_id for m in models.values()}, []
     for name, m in models.items():
         taus = _variant_taus(m, cache, indices, masks)
@@ -133,24 +140,26 @@ def counterfactuals(models: dict, cache: HiddenStateCache, indices=None) -> list
                 k == f"tap {deepest} zeroed" else ""
             delta = [a - b for a, b in zip(xs, base)]
             rows.append({"drafter": name, "difference": k + note, "tau": round(mean_ci(xs).mean, 3),
-                         "delta tau": interval(delta), "delta": mean_ci(delta).mean})
+                         "delta tau": interval(delta), "delta": mean_ci(delta).mean,
+                         "like": [o for o, om in models.items() if o != name and _reproduces(m, k, om)]})
     return rows
 
 
 # %% ../nbs/13_diagnose.ipynb #d245322f
 def attribution(results: dict, rows: list[dict], a: str, b: str) -> dict:
-    "How much of the τ gap between drafters `a` and `b` (paired per prompt) the largest single counterfactual closes."
+    "How much of the τ gap between `a` and `b` (paired per prompt) the largest toggle of a difference between them closes."
     diffs = [x - y for x, y in zip(results[a].tau_per_prompt, results[b].tau_per_prompt)]
     g = mean_ci(diffs)
     measurable = g.n > 1 and (g.lo > 0 or g.hi < 0)
     sign = 1.0 if g.mean >= 0 else -1.0       # a toggle closes the gap when it moves a towards b, or b towards a
-    toward = [(r, sign * (-r["delta"] if r["drafter"] == a else r["delta"])) for r in rows if r["drafter"] in (a, b)]
+    toward = [(r, sign * (-r["delta"] if r["drafter"] == a else r["delta"])) for r in rows
+              if r["drafter"] == a and b in r["like"] or r["drafter"] == b and a in r["like"]]
     best, moved = max(toward, key=lambda x: x[1], default=(None, 0.0))
     share = moved / abs(g.mean) if measurable and moved > 0 else 0.0
     if not measurable: tail = "not measurable on these prompts (its interval holds 0), so nothing is attributed"
     elif share: tail = (f"{best['drafter']} with {best['difference']} (Δτ {best['delta tau']}) closes {share:.0%} of "
                         f"it; {g.mean * (1 - share):+.3f} is left to training and data")
-    else: tail = "no evaluation-time toggle closes any of it: it comes from training and data"
+    else: tail = "no toggle of a difference between them closes any of it: it comes from training and data"
     return {"gap": g.mean, "measurable": measurable, "largest": best and best["difference"],
             "drafter": best and best["drafter"], "share": share,
             "line": f"{a} − {b}: τ gap {interval(diffs)} over prompts; {tail}."}
@@ -178,7 +187,7 @@ def diagnose(drafters: dict, cache: HiddenStateCache, target_model, out, budgets
     atts = [attribution(results, cf, a, b) for i, a in enumerate(names) for b in names[i + 1:]]
     ax = plot_acceptance(list(results.values()))
     atomic_write(out / "acceptance.png", lambda p: ax.figure.savefig(p, format="png", dpi=80))
-    shown = [{k: v for k, v in r.items() if k != "delta"} for r in cf]
+    shown = [{k: v for k, v in r.items() if k != "delta"} | {"like": ", ".join(r["like"]) or "—"} for r in cf]
     text = "\n\n".join(["# Diagnosis: " + ", ".join(names), "## The drafters side by side (differences first)",
                         markdown_table(diff_rows(facts)), "## Measured on the same prompts",
                         markdown_table(measure_rows(results)), "![acceptance](acceptance.png)",
