@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from .cache import HiddenStateCache
 from .model import DFlashDraftModel, param_counts
-from .evaluate import load_drafters, offline_tau_many, markdown_table, plot_acceptance
+from .evaluate import load_drafters, offline_tau_many, markdown_table, plot_acceptance, wilson_interval
 from .diagnostics import tap_transform, tap_means
 from .checkpoint import latest_checkpoint, read_training_state
 from .study import mean_ci
@@ -22,8 +22,9 @@ from .cli import refusals
 
 
 # %% auto #0
-__all__ = ['RUN_FIELDS', 'drafter_facts', 'run_facts', 'diff_rows', 'interval', 'measure', 'measure_rows', 'counterfactuals',
-           'attribution', 'diagnose', 'diagnose_parser', 'diagnose_main']
+__all__ = ['RUN_FIELDS', 'THETAS', 'MIN_GAIN', 'drafter_facts', 'run_facts', 'diff_rows', 'interval', 'measure', 'measure_rows',
+           'counterfactuals', 'attribution', 'with_config', 'serving_checks', 'train_vs_serve', 'diagnose',
+           'diagnose_parser', 'diagnose_main']
 
 # %% ../nbs/13_diagnose.ipynb #0ee2d2c8
 def drafter_facts(model: DFlashDraftModel) -> dict:
@@ -165,6 +166,67 @@ def attribution(results: dict, rows: list[dict], a: str, b: str) -> dict:
             "line": f"{a} − {b}: τ gap {interval(diffs)} over prompts; {tail}."}
 
 
+# %% ../nbs/13_diagnose.ipynb #ba694ca3
+THETAS = (1e4, 1e5, 1e6, 1e7)          # RoPE theta values published drafters and targets use
+MIN_GAIN = 0.05                        # a reading must beat the config by this much τ (and its interval exclude 0)
+
+def with_config(m: DFlashDraftModel, **changes) -> DFlashDraftModel:
+    "A view of drafter `m` (weights shared) whose config has `changes`."
+    view = copy(m)
+    view.config, view._rope = replace(m.config, **changes), None      # RoPE tables are recomputed from the config
+    return view
+
+def _readings(m: DFlashDraftModel, cache: HiddenStateCache) -> dict:
+    "{check: {reading: view}}: the other plausible readings of `m`'s weights, per check."
+    c, have = m.config, set(cache.tap_ids)
+    taps = {f"taps shifted by {s:+d}": with_config(m, target_layer_ids=[t + s for t in c.target_layer_ids])
+            for s in (-1, 1) if {t + s for t in c.fc_layer_ids} <= have and min(c.target_layer_ids) + s >= 0}
+    rope = {f"RoPE theta {t:g}": with_config(m, rope_theta=t) for t in THETAS if t != c.rope_theta}
+    attn = {f"attention {a}": m.with_attention(a) for a in ("causal", "bidirectional", "full")
+            if c.with_attention(a).layer_attention != c.layer_attention}
+    return {"tap ids": taps, "RoPE": rope, "attention": attn}
+
+def serving_checks(m: DFlashDraftModel, cache: HiddenStateCache, indices=None) -> list[dict]:
+    "Rows {check, passed (None: not run), measured}: the mask token unseen in the text; no reading beats the config."
+    c, rows = m.config, []
+    seen = sum(int((cache[i]["input_ids"] == c.mask_token_id).sum()) for i in (indices or range(len(cache))))
+    ok = seen == 0                  # the config refuses an id outside the vocabulary at load
+    rows.append({"check": "mask token", "passed": ok, "measured": f"id {c.mask_token_id} of vocabulary "
+                 f"{c.vocab_size}; {seen} times in the cached text"})
+    base = offline_tau_many(m, cache, {"config": None}, indices, budgets=())["config"].tau_per_prompt
+    for check, views in _readings(m, cache).items():
+        if not views:                    # tap ids: the cache holds no tap next to the drafter's
+            rows.append({"check": check, "passed": None, "measured": "not run: the cache holds no taps shifted by "
+                         "±1 from the drafter's (extract those too to run it)"})
+            continue
+        better = []
+        for name, v in views.items():
+            xs = offline_tau_many(v, cache, {name: None}, indices, budgets=())[name].tau_per_prompt
+            d = mean_ci([a - b for a, b in zip(xs, base)])
+            if d.n > 1 and d.lo > 0 and d.mean >= MIN_GAIN: better.append((d.mean, name, interval([a - b for a, b in zip(xs, base)])))
+        best = max(better, default=None)
+        rows.append({"check": check, "passed": best is None,
+                     "measured": (f"τ {mean_ci(base).mean:.3f} as configured; {best[1]} gives Δτ {best[2]}: the "
+                                  "config may not be how these weights were trained") if best else
+                     f"τ {mean_ci(base).mean:.3f} as configured; none of {len(views)} other readings does better"})
+    return rows
+
+
+# %% ../nbs/13_diagnose.ipynb #6343736c
+def train_vs_serve(result, run_dir, slots: int = 4, last: int = 3) -> list[dict]:
+    "Per slot: training accuracy (mean of the last `last` records) against offline acceptance [Wilson 95%], flagged."
+    lines = [l for l in (Path(run_dir) / "metrics.jsonl").read_text().split("\n") if l.strip()]
+    recs = [json.loads(l) for l in lines][-last:]
+    n = min(slots, len(result.acc_cond), *(len(r["acc_cond"]) for r in recs))
+    lo, hi = wilson_interval(result.counts["accepted"][:n], result.counts["reached"][:n])
+    rows = []
+    for k in range(n):
+        train = sum(r["acc_cond"][k] for r in recs) / len(recs)
+        rows.append({"slot": k + 1, "training": round(train, 3), "served (offline)": round(result.acc_cond[k], 3),
+                     "interval": f"[{lo[k]:.3f}, {hi[k]:.3f}]", "flag": "training above serving" if train > hi[k] else ""})
+    return rows
+
+
 # %% ../nbs/13_diagnose.ipynb #b1c99705
 def _drafter_path(p) -> tuple:
     "(checkpoint, run directory or None) of a checkpoint directory or a training run directory."
@@ -193,7 +255,12 @@ def diagnose(drafters: dict, cache: HiddenStateCache, target_model, out, budgets
                         markdown_table(measure_rows(results)), "![acceptance](acceptance.png)",
                         "## Counterfactuals (Δτ per prompt, paired, 95% interval)", markdown_table(shown),
                         "## The gap, attributed", "\n".join(f"- {x['line']}" for x in atts)]) + "\n"
-    record = {"facts": facts, "measured": measure_rows(results), "counterfactuals": cf, "attribution": atts}
+    checks = [{"drafter": n} | r for n, m in models.items() for r in serving_checks(m, cache, indices)]
+    tvs = {n: train_vs_serve(results[n], run) for n, (_, run) in paths.items() if run is not None}
+    text += "\n## Served as trained?\n\n" + markdown_table(checks) + "\n" + "".join(
+        f"\n### {n}: training against serving\n\n{markdown_table(rows)}\n" for n, rows in tvs.items())
+    record = {"facts": facts, "measured": measure_rows(results), "counterfactuals": cf, "attribution": atts,
+              "checks": checks, "train_vs_serve": tvs}
     atomic_write(out / "diagnosis.json", lambda p: p.write_text(json.dumps(record, indent=1)))
     return atomic_write(out / "report.md", lambda p: p.write_text(text))
 
