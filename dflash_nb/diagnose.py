@@ -7,13 +7,18 @@ Docs: https://dflash-nb.github.io/dflash_nb/diagnose.html.md"""
 
 # %% ../nbs/13_diagnose.ipynb #3b5f3e71
 from __future__ import annotations
-import argparse, json
+import argparse, json, tempfile
 from copy import copy
 from dataclasses import replace
 from pathlib import Path
-from .cache import HiddenStateCache
+import torch
+from .cache import HiddenStateCache, CacheLayout
+from .config import TrainConfig, DRAFTER_KEYS
+from .extract import extract_to_cache
+from .train import Trainer
+from .decode import speculative_generate
 from .model import DFlashDraftModel, param_counts
-from .evaluate import load_drafters, offline_tau_many, markdown_table, plot_acceptance, wilson_interval
+from .evaluate import load_drafters, offline_tau, offline_tau_many, markdown_table, plot_acceptance, wilson_interval
 from .diagnostics import tap_transform, tap_means
 from .checkpoint import latest_checkpoint, read_training_state
 from .study import mean_ci
@@ -23,8 +28,8 @@ from .cli import refusals
 
 # %% auto #0
 __all__ = ['RUN_FIELDS', 'THETAS', 'MIN_GAIN', 'drafter_facts', 'run_facts', 'diff_rows', 'interval', 'measure', 'measure_rows',
-           'counterfactuals', 'attribution', 'with_config', 'serving_checks', 'train_vs_serve', 'diagnose',
-           'diagnose_parser', 'diagnose_main']
+           'counterfactuals', 'attribution', 'with_config', 'serving_checks', 'train_vs_serve', 'overfit_gate',
+           'diagnose', 'diagnose_parser', 'diagnose_main']
 
 # %% ../nbs/13_diagnose.ipynb #0ee2d2c8
 def drafter_facts(model: DFlashDraftModel) -> dict:
@@ -227,6 +232,32 @@ def train_vs_serve(result, run_dir, slots: int = 4, last: int = 3) -> list[dict]
     return rows
 
 
+# %% ../nbs/13_diagnose.ipynb #b9e808bf
+def overfit_gate(model: DFlashDraftModel, target, cache: HiddenStateCache, index: int = 0, steps: int = 150,
+                 work=None, cbs=(), **train_fields) -> dict:
+    "Train a fresh drafter of `model`'s layout on cache sample `index` alone: does it accept whole blocks on it?"
+    c, work = model.config, Path(work or tempfile.mkdtemp())
+    sample = {k: cache[index][k] for k in ("input_ids", "loss_mask")}
+    one = HiddenStateCache(extract_to_cache(target, [sample], work / "one",
+                                            CacheLayout(c.target_layer_ids, dtype=torch.float32)))
+    drafter = {k: getattr(c, k) for k in sorted(DRAFTER_KEYS) if getattr(c, k) is not None}
+    cfg = TrainConfig(**({"drafter": drafter, "num_anchors": 64, "loss_chunk": 8, "batch_size": 1, "lr": 1e-2,
+                          "warmup": 0.05, "steps": steps, "log_every": steps, "save_every": steps, "progress": False,
+                          "device": "cpu", "out_dir": str(work / "run")} | train_fields)).validate()
+    tr = Trainer.from_config(cfg, target, one)
+    tr.cbs += list(cbs)
+    fresh = DFlashDraftModel.from_pretrained(tr.fit(), target_model=target.model).eval()
+    off = offline_tau(fresh, one, budgets=())
+    n = int(sample["loss_mask"].sum())
+    online = speculative_generate(target, fresh, sample["input_ids"][:len(sample["input_ids"]) - n].tolist(), n,
+                                  eos_token_id=[])["acceptance"]
+    B, short = c.block_size, [k + 1 for k, (a, m) in enumerate(zip(off.counts["accepted"], off.counts["checkable"]))
+                              if a < m]
+    whole = lambda rounds: all(x == B for x in rounds[:-1])
+    return {"passed": whole(off.rounds[0]) and whole(online), "tau offline": off.tau,
+            "tau online": sum(online) / len(online), "breaks at slot": short[0] if short else None}
+
+
 # %% ../nbs/13_diagnose.ipynb #b1c99705
 def _drafter_path(p) -> tuple:
     "(checkpoint, run directory or None) of a checkpoint directory or a training run directory."
@@ -236,8 +267,9 @@ def _drafter_path(p) -> tuple:
     raise ValueError(f"{p} is neither a drafter checkpoint (no config.json) nor a training run (no "
                      "checkpoints/latest.json): give one of those.")
 
-def diagnose(drafters: dict, cache: HiddenStateCache, target_model, out, budgets=(8,), indices=None) -> Path:
-    "Write the diagnosis of `drafters` {name: checkpoint or run directory} into `out`; the report's path."
+def diagnose(drafters: dict, cache: HiddenStateCache, target_model, out, budgets=(8,), indices=None,
+             overfit_target=None) -> Path:
+    "Write the diagnosis of `drafters` {name: checkpoint or run directory} into `out` (`overfit_target`: the gate too)."
     out = check_output_dir(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = {n: _drafter_path(p) for n, p in drafters.items()}
@@ -259,7 +291,10 @@ def diagnose(drafters: dict, cache: HiddenStateCache, target_model, out, budgets
     tvs = {n: train_vs_serve(results[n], run) for n, (_, run) in paths.items() if run is not None}
     text += "\n## Served as trained?\n\n" + markdown_table(checks) + "\n" + "".join(
         f"\n### {n}: training against serving\n\n{markdown_table(rows)}\n" for n, rows in tvs.items())
-    record = {"facts": facts, "measured": measure_rows(results), "counterfactuals": cf, "attribution": atts,
+    gates = {n: overfit_gate(m, overfit_target, cache, work=out / f"overfit-{i}")
+             for i, (n, m) in enumerate(models.items())} if overfit_target is not None else {}
+    if gates: text += "\n## The overfit gate\n\n" + markdown_table([{"drafter": n} | g for n, g in gates.items()]) + "\n"
+    record = {"overfit": gates, "facts": facts, "measured": measure_rows(results), "counterfactuals": cf, "attribution": atts,
               "checks": checks, "train_vs_serve": tvs}
     atomic_write(out / "diagnosis.json", lambda p: p.write_text(json.dumps(record, indent=1)))
     return atomic_write(out / "report.md", lambda p: p.write_text(text))
@@ -277,12 +312,14 @@ def diagnose_parser() -> argparse.ArgumentParser:
     ap.add_argument("--target", required=True, help="target model directory (embeddings, final norm, lm_head)")
     ap.add_argument("--budgets", type=int, nargs="*", default=[8], help="DDTree budgets besides B-1 (default: 8)")
     ap.add_argument("--limit", type=int, default=0, help="only the first N samples (0: all)")
+    ap.add_argument("--overfit", action="store_true", help="also the overfit gate: a fresh drafter of each layout "
+                    "trained on one sample must accept whole blocks on it (loads the whole target)")
     ap.add_argument("--out", default="diagnosis", help="output directory (default: diagnosis)")
     return ap
 
 def diagnose_main(argv=None) -> None:
     "Entry point of `dflash-diagnose`: None (exit 0) on success; a refused input exits 1 with a one-line message."
-    from dflash_nb.target import load_target_heads
+    from dflash_nb.target import load_target_heads, load_target
     a = diagnose_parser().parse_args(argv)
     with refusals("dflash-diagnose"):
         if a.names and len(a.names) != len(a.drafter):
@@ -295,5 +332,6 @@ def diagnose_main(argv=None) -> None:
             raise ValueError(f"Two drafters are both named {names}: give --names.")
         cache, target = HiddenStateCache(a.cache), load_target_heads(a.target)
         idx = range(min(a.limit, len(cache))) if a.limit else None
-        print(diagnose(dict(zip(names, a.drafter)), cache, target.model, a.out, tuple(a.budgets), idx))
+        full = load_target(a.target) if a.overfit else None
+        print(diagnose(dict(zip(names, a.drafter)), cache, target.model, a.out, tuple(a.budgets), idx, full))
 
