@@ -27,9 +27,9 @@ from .cli import refusals
 
 
 # %% auto #0
-__all__ = ['RUN_FIELDS', 'THETAS', 'MIN_GAIN', 'drafter_facts', 'run_facts', 'diff_rows', 'interval', 'measure', 'measure_rows',
-           'counterfactuals', 'attribution', 'with_config', 'serving_checks', 'train_vs_serve', 'overfit_gate',
-           'diagnose', 'diagnose_parser', 'diagnose_main']
+__all__ = ['RUN_FIELDS', 'STUDY_QUESTIONS', 'THETAS', 'MIN_GAIN', 'drafter_facts', 'run_facts', 'diff_rows', 'interval',
+           'measure', 'measure_rows', 'counterfactuals', 'study_answers', 'attribution', 'with_config',
+           'serving_checks', 'train_vs_serve', 'overfit_gate', 'diagnose', 'diagnose_parser', 'diagnose_main']
 
 # %% ../nbs/13_diagnose.ipynb #0ee2d2c8
 def drafter_facts(model: DFlashDraftModel) -> dict:
@@ -148,6 +148,34 @@ def counterfactuals(models: dict, cache: HiddenStateCache, indices=None) -> list
             rows.append({"drafter": name, "difference": k + note, "tau": round(mean_ci(xs).mean, 3),
                          "delta tau": interval(delta), "delta": mean_ci(delta).mean,
                          "like": [o for o, om in models.items() if o != name and _reproduces(m, k, om)]})
+    return rows
+
+
+# %% ../nbs/13_diagnose.ipynb #60827bf7
+STUDY_QUESTIONS = {"fusion": ("study-toy", "fused vs split (same token labels)"),
+                   "train target_source": ("study-toy", "split labels, deepest tap vs tokens"),
+                   "train loss": ("study-toy", "KL vs CE"), "train gamma": ("study-toy", "gamma 10 vs 7"),
+                   "train streak": ("study-toy", "streak weighting on KL"),
+                   "train noise_std": ("study-toy", "constant fc noise vs none"),
+                   "block size": ("study-toy", "block 8 vs 16"),
+                   "kind": ("study-dflash2", "DFlash 2 (both) vs DFlash"),
+                   "selector": ("study-dflash2", "selector vs DFlash"), "conv": ("study-dflash2", "conv vs DFlash")}
+
+def study_answers(facts: dict) -> list[dict]:
+    "Rows {difference, <name>: value, question, answer}: each differing fact a committed recipe study measures."
+    from dflash_nb.study import load_study_config, question_rows
+    from dflash_nb.toy import repo_data_dir
+    data, answers, rows = repo_data_dir(), {}, []
+    for r in diff_rows(facts):
+        if len({r[n] for n in facts}) < 2 or r["fact"] not in STUDY_QUESTIONS: continue
+        study, q = STUDY_QUESTIONS[r["fact"]]
+        if study not in answers:
+            res = data / study / "results.json"
+            sc = load_study_config(data / "configs" / f"{study}.yaml")
+            answers[study] = {x["question"]: x for x in question_rows(json.loads(res.read_text()), sc.comparisons)}
+        a = answers[study][q]
+        rows.append({"difference": r["fact"], **{n: r[n] for n in facts}, "question": f"{q} (data/{study})",
+                     "answer": f"{a['variant − reference']}: Δ chain τ {a['Δτ chain']}, {a['chain']}"})
     return rows
 
 
@@ -287,6 +315,8 @@ def diagnose(drafters: dict, cache: HiddenStateCache, target_model, out, budgets
                         markdown_table(measure_rows(results)), "![acceptance](acceptance.png)",
                         "## Counterfactuals (Δτ per prompt, paired, 95% interval)", markdown_table(shown),
                         "## The gap, attributed", "\n".join(f"- {x['line']}" for x in atts)]) + "\n"
+    if answers := study_answers(facts):
+        text += "\n## Differences only training can change\n\n" + markdown_table(answers) + "\n"
     checks = [{"drafter": n} | r for n, m in models.items() for r in serving_checks(m, cache, indices)]
     tvs = {n: train_vs_serve(results[n], run) for n, (_, run) in paths.items() if run is not None}
     text += "\n## Served as trained?\n\n" + markdown_table(checks) + "\n" + "".join(
@@ -294,7 +324,7 @@ def diagnose(drafters: dict, cache: HiddenStateCache, target_model, out, budgets
     gates = {n: overfit_gate(m, overfit_target, cache, work=out / f"overfit-{i}")
              for i, (n, m) in enumerate(models.items())} if overfit_target is not None else {}
     if gates: text += "\n## The overfit gate\n\n" + markdown_table([{"drafter": n} | g for n, g in gates.items()]) + "\n"
-    record = {"overfit": gates, "facts": facts, "measured": measure_rows(results), "counterfactuals": cf, "attribution": atts,
+    record = {"study_answers": answers, "overfit": gates, "facts": facts, "measured": measure_rows(results), "counterfactuals": cf, "attribution": atts,
               "checks": checks, "train_vs_serve": tvs}
     atomic_write(out / "diagnosis.json", lambda p: p.write_text(json.dumps(record, indent=1)))
     return atomic_write(out / "report.md", lambda p: p.write_text(text))
