@@ -21,7 +21,7 @@ from .storage import check_output_dir
 # %% auto #0
 __all__ = ['DIST_TIMEOUT', 'NODE_LOCAL', 'resolve_device', 'check_dist_timeout', 'init_distributed', 'parallelize', 'all_sum',
            'whole_tensor', 'gather_objects', 'check_endpoint', 'check_nodes', 'Nodes', 'add_machine_options',
-           'nodes_from_args', 'die_with_parent', 'Ranks', 'start_ranks', 'LostPeerError', 'peer_failure']
+           'nodes_from_args', 'die_with_parent', 'exit_now', 'Ranks', 'start_ranks', 'LostPeerError', 'peer_failure']
 
 # %% ../nbs/04d_distributed.ipynb #75804852
 def resolve_device(device: str = "auto", local_rank: int = 0) -> torch.device:
@@ -161,6 +161,13 @@ def die_with_parent() -> None:
     if sys.platform != "linux": return
     if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL) != 0:   # 1: PR_SET_PDEATHSIG
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+# %% ../nbs/04d_distributed.ipynb #50d34d05
+def exit_now(code: int = 0) -> None:
+    "End this process with `code` at once: stdout and stderr flushed, interpreter teardown (atexit, finalizers) skipped."
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 # %% ../nbs/04d_distributed.ipynb #0b3add5c
 @dataclass

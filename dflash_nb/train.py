@@ -7,7 +7,7 @@ Docs: https://dflash-nb.github.io/dflash_nb/train.html.md"""
 
 # %% ../nbs/04a_train.ipynb #0c323a37
 from __future__ import annotations
-import argparse, json, math, os, sys, time
+import argparse, json, math, os, time
 from dataclasses import asdict
 from pathlib import Path
 from fastcore.basics import patch
@@ -27,7 +27,7 @@ from .objective import (TargetHead, step_loss, acceptance_counts, acceptance_met
                                  noisy_fc_input, run_callbacks)
 from .distributed import (DIST_TIMEOUT, resolve_device, init_distributed, parallelize, all_sum,
                                    whole_tensor, gather_objects, check_dist_timeout, add_machine_options,
-                                   nodes_from_args, die_with_parent, start_ranks, peer_failure)
+                                   nodes_from_args, die_with_parent, start_ranks, peer_failure, exit_now)
 from .cli import refusals
 
 # %% auto #0
@@ -450,4 +450,6 @@ def train_main(argv=None) -> None:
     if int(os.environ.get("RANK", "0")) == 0: print(f"last checkpoint: {ck}")
 
 # %% ../nbs/04a_train.ipynb #87b58462
-if __name__ == "__main__": sys.exit(train_main())
+if __name__ == "__main__":
+    train_main()
+    exit_now(0)    # a finished rank skips the interpreter's teardown, where FSDP's leftover gloo threads can abort it
