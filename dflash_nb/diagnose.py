@@ -12,13 +12,15 @@ from copy import copy
 from dataclasses import replace
 from pathlib import Path
 import torch
-from .cache import HiddenStateCache, CacheLayout
-from .config import TrainConfig, DRAFTER_KEYS
-from .extract import extract_to_cache
+from .cache import HiddenStateCache, CacheLayout, check_compatible
+from .config import TrainConfig, DRAFTER_KEYS, TAP_CONVENTIONS, hidden_state_index
+from .extract import extract_to_cache, extract_samples
 from .train import Trainer
 from .decode import speculative_generate
 from .model import DFlashDraftModel, param_counts
-from .evaluate import load_drafters, offline_tau, offline_tau_many, markdown_table, plot_acceptance, wilson_interval
+from .evaluate import (load_drafters, offline_tau, offline_tau_many, markdown_table, plot_acceptance,
+                                wilson_interval, expected_acceptance, add_sampling_options, eval_sampling)
+from .target import fla_missing, set_linear_backend
 from .diagnostics import tap_transform, tap_means
 from .checkpoint import latest_checkpoint, read_training_state
 from .study import mean_ci
@@ -27,9 +29,10 @@ from .cli import refusals
 
 
 # %% auto #0
-__all__ = ['RUN_FIELDS', 'STUDY_QUESTIONS', 'THETAS', 'MIN_GAIN', 'drafter_facts', 'run_facts', 'diff_rows', 'interval',
-           'measure', 'measure_rows', 'counterfactuals', 'study_answers', 'attribution', 'with_config',
-           'serving_checks', 'train_vs_serve', 'overfit_gate', 'diagnose', 'diagnose_parser', 'diagnose_main']
+__all__ = ['RUN_FIELDS', 'STUDY_QUESTIONS', 'THETAS', 'MIN_GAIN', 'LIVE_FLOOR', 'drafter_facts', 'run_facts', 'diff_rows',
+           'interval', 'measure', 'measure_rows', 'measure_online', 'counterfactuals', 'study_answers', 'attribution',
+           'with_config', 'serving_checks', 'live_tolerance', 'live_checks', 'train_vs_serve', 'overfit_gate',
+           'diagnose', 'diagnose_parser', 'diagnose_main']
 
 # %% ../nbs/13_diagnose.ipynb #0ee2d2c8
 def drafter_facts(model: DFlashDraftModel) -> dict:
@@ -91,24 +94,46 @@ def interval(xs) -> str:
     i = mean_ci(xs)
     return f"{i.mean:.3f} [{i.lo:.3f}, {i.hi:.3f}]" if i.n > 1 else f"{i.mean:.3f} (one prompt)"
 
-def measure(models: dict, cache: HiddenStateCache, budgets=(8,), indices=None) -> dict:
-    "{name: `OfflineResult`} of each drafter over `cache`: chain, and DDTree at each of `budgets` (B-1 added)."
+def measure(models: dict, cache: HiddenStateCache, budgets=(8,), indices=None, sampling=None,
+            target_model=None) -> dict:
+    "{name: `OfflineResult`}: chain, DDTree at `budgets` and B-1; with `sampling` also the expected τ at its temperature."
     out = {}
     for n, m in models.items():
         b = tuple(sorted(set(budgets) | {m.config.block_size - 1}))
         out[n] = offline_tau_many(m, cache, {n: None}, indices, b)[n]
+        if sampling is not None: out[n].sampled = expected_acceptance(m, cache, target_model, sampling, indices)
     return out
 
-def measure_rows(results: dict) -> list[dict]:
-    "One row per drafter: chain τ pooled and over prompts, each DDTree budget's, acceptance at slots 1, 2, 4."
+def measure_rows(results: dict, online: dict | None = None) -> list[dict]:
+    "One row per drafter: chain τ (pooled, over prompts, online, expected at T), DDTree τ per budget, acc@1, 2, 4."
     rows = []
     for n, r in results.items():
         row = {"drafter": n, "tau chain": round(r.tau, 3), "chain, over prompts": interval(r.tau_per_prompt)}
+        if online: row["chain online, over prompts"] = interval(online[n]["tau_per_prompt"])
+        if r.sampled: row[f"chain T={r.sampled['temperature']:g} (expected)"] = round(r.sampled["tau"], 3)
         row |= {f"DDTree-{b}, over prompts": interval(xs) for b, xs in r.tree_per_prompt.items()}
         row |= {f"acc@{k}": round(r.acc_cum[k - 1], 3) for k in (1, 2, 4) if k <= len(r.acc_cum)}
         rows.append(row)
     return rows
 
+# %% ../nbs/13_diagnose.ipynb #a7679478
+def measure_online(models: dict, target, cache: HiddenStateCache, n: int = 4, sampling=None) -> dict:
+    "{name: {tau_per_prompt, acc_cond, reached}}: each drafter decoding the first `n` cached prompts live, chain."
+    out = {}
+    for name, m in models.items():
+        taus, rounds = [], []
+        for i in range(min(n, len(cache))):
+            r = cache[i]
+            if not r["loss_mask"].any(): continue
+            start = int(r["loss_mask"].argmax())
+            got = speculative_generate(target, m, r["input_ids"][:start].tolist(), len(r["input_ids"]) - start,
+                                       eos_token_id=[], sampling=sampling)["acceptance"]
+            taus.append(sum(got) / len(got))
+            rounds += got[:-1]
+        reached = [sum(a >= k for a in rounds) for k in range(1, m.config.block_size)]   # a round of a makes a - 1 drafts
+        out[name] = {"tau_per_prompt": taus, "reached": reached,
+                     "acc_cond": [sum(a > k for a in rounds) / h if h else None for k, h in enumerate(reached, 1)]}
+    return out
 
 # %% ../nbs/13_diagnose.ipynb #04b7bec9
 def _variant_taus(m: DFlashDraftModel, cache: HiddenStateCache, indices, masks) -> dict:
@@ -245,9 +270,56 @@ def serving_checks(m: DFlashDraftModel, cache: HiddenStateCache, indices=None) -
     return rows
 
 
+# %% ../nbs/13_diagnose.ipynb #a5e2acea
+LIVE_FLOOR = 1e-4      # relative error two extractions of one cache may differ by whatever their dtypes
+
+def live_tolerance(*dtypes) -> float:
+    "Relative L2 error allowed between cached and live taps: 8 roundoffs of the coarsest of `dtypes`, at least `LIVE_FLOOR`."
+    return max(LIVE_FLOOR, 8 * max(torch.finfo(d).eps for d in dtypes))
+
+def _tap_errors(target, recs: list[dict], tap_ids, convention: str, H: int) -> list[float]:
+    "Per tap: relative L2 error of the records' cached taps against `target` run live under `convention`."
+    live = extract_samples(target, recs, tap_ids, convention, False, torch.float32)
+    num = den = torch.zeros(len(tap_ids), dtype=torch.float64)
+    for got, r in zip(live, recs):
+        a, b = (x["taps"].double().unflatten(-1, (len(tap_ids), H)) for x in (got, r))
+        num, den = num + (a - b).pow(2).sum((0, 2)), den + a.pow(2).sum((0, 2))
+    return (num / den).sqrt().tolist()
+
+def live_checks(cache: HiddenStateCache, target, n: int = 2) -> list[dict]:
+    "Rows {check, passed (None: not run), measured}: `n` cached samples re-extracted by the live `target`, compared."
+    check_compatible(cache, target_hash=target.config_hash)
+    recs, ids, H = [cache[i] for i in range(min(n, len(cache)))], cache.tap_ids, cache.hidden_size
+    tol = live_tolerance(cache.dtype, next(target.model.parameters()).dtype)
+    err = {c: _tap_errors(target, recs, ids, c, H) for c in TAP_CONVENTIONS}
+    own = cache.convention
+    other = next(c for c in TAP_CONVENTIONS if c != own)
+    at = lambda c: f"hidden_states[id{hidden_state_index(0, c):+d}]".replace("+0", "")
+    worst = max(range(len(ids)), key=lambda j: err[own][j])
+    rows = [{"check": "tap convention", "passed": all(a < b for a, b in zip(err[own], err[other])),
+             "measured": f"cache taps against the live {at(own)} ({own}): relative error up to {max(err[own]):.2g}; "
+                         f"against {at(other)} ({other}): down to {min(err[other]):.2g}"},
+            {"check": "cache against live target", "passed": err[own][worst] <= tol,
+             "measured": f"largest relative error {err[own][worst]:.2g} (tap {ids[worst]}) over {len(recs)} samples; "
+                         f"tolerance {tol:.2g}"}]
+    swap = {"torch": "fla", "fla": "torch"}.get(target.backend)
+    if swap is None: why = "the target has no linear-attention layers"
+    elif swap == "fla" and (miss := fla_missing()):
+        why = f"the fla backend needs {', '.join(miss)}"
+    else: why = None
+    if why: rows.append({"check": "linear-attention backend", "passed": None, "measured": f"not run: {why}"})
+    else:
+        set_linear_backend(target.model, swap)
+        try: e = max(_tap_errors(target, recs, ids, own, H))
+        finally: set_linear_backend(target.model, target.backend)
+        rows.append({"check": "linear-attention backend", "passed": e <= tol,
+                     "measured": f"taps under {swap} against the cache ({target.backend}): relative error up to "
+                                 f"{e:.2g}; tolerance {tol:.2g}"})
+    return rows
+
 # %% ../nbs/13_diagnose.ipynb #6343736c
-def train_vs_serve(result, run_dir, slots: int = 4, last: int = 3) -> list[dict]:
-    "Per slot: training accuracy (mean of the last `last` records) against offline acceptance [Wilson 95%], flagged."
+def train_vs_serve(result, run_dir, slots: int = 4, last: int = 3, online: dict | None = None) -> list[dict]:
+    "Per slot: training accuracy (last `last` records) against offline acceptance [Wilson 95%] (and `online`'s), flagged."
     lines = [l for l in (Path(run_dir) / "metrics.jsonl").read_text().split("\n") if l.strip()]
     recs = [json.loads(l) for l in lines][-last:]
     n = min(slots, len(result.acc_cond), *(len(r["acc_cond"]) for r in recs))
@@ -255,10 +327,13 @@ def train_vs_serve(result, run_dir, slots: int = 4, last: int = 3) -> list[dict]
     rows = []
     for k in range(n):
         train = sum(r["acc_cond"][k] for r in recs) / len(recs)
-        rows.append({"slot": k + 1, "training": round(train, 3), "served (offline)": round(result.acc_cond[k], 3),
-                     "interval": f"[{lo[k]:.3f}, {hi[k]:.3f}]", "flag": "training above serving" if train > hi[k] else ""})
+        row = {"slot": k + 1, "training": round(train, 3), "served (offline)": round(result.acc_cond[k], 3),
+               "interval": f"[{lo[k]:.3f}, {hi[k]:.3f}]"}
+        if online is not None:
+            a = online["acc_cond"][k]
+            row["served (online)"] = "no rounds" if a is None else f"{a:.3f} of {online['reached'][k]} rounds"
+        rows.append(row | {"flag": "training above serving" if train > hi[k] else ""})
     return rows
-
 
 # %% ../nbs/13_diagnose.ipynb #b9e808bf
 def overfit_gate(model: DFlashDraftModel, target, cache: HiddenStateCache, index: int = 0, steps: int = 150,
@@ -295,15 +370,18 @@ def _drafter_path(p) -> tuple:
     raise ValueError(f"{p} is neither a drafter checkpoint (no config.json) nor a training run (no "
                      "checkpoints/latest.json): give one of those.")
 
-def diagnose(drafters: dict, cache: HiddenStateCache, target_model, out, budgets=(8,), indices=None,
-             overfit_target=None) -> Path:
-    "Write the diagnosis of `drafters` {name: checkpoint or run directory} into `out` (`overfit_target`: the gate too)."
+def diagnose(drafters: dict, cache: HiddenStateCache, target_model, out, budgets=(8,), indices=None, target=None,
+             online: int = 0, overfit: bool = False, sampling=None) -> Path:
+    "Write the diagnosis of `drafters` {name: checkpoint or run directory} into `out`; the whole `target` for the rest."
     out = check_output_dir(out)
+    if (online or overfit) and target is None:
+        raise ValueError("online τ, the live-target checks and the overfit gate run the whole target: give target=.")
     out.mkdir(parents=True, exist_ok=True)
     paths = {n: _drafter_path(p) for n, p in drafters.items()}
     models = load_drafters({n: ck for n, (ck, _) in paths.items()}, target_model)
     facts = {n: drafter_facts(m) | (run_facts(paths[n][1]) if paths[n][1] else {}) for n, m in models.items()}
-    results = measure(models, cache, budgets, indices)
+    results = measure(models, cache, budgets, indices, sampling, target_model)
+    live = measure_online(models, target, cache, online, sampling) if online else None
     cf = counterfactuals(models, cache, indices)
     names = list(models)
     atts = [attribution(results, cf, a, b) for i, a in enumerate(names) for b in names[i + 1:]]
@@ -312,20 +390,23 @@ def diagnose(drafters: dict, cache: HiddenStateCache, target_model, out, budgets
     shown = [{k: v for k, v in r.items() if k != "delta"} | {"like": ", ".join(r["like"]) or "—"} for r in cf]
     text = "\n\n".join(["# Diagnosis: " + ", ".join(names), "## The drafters side by side (differences first)",
                         markdown_table(diff_rows(facts)), "## Measured on the same prompts",
-                        markdown_table(measure_rows(results)), "![acceptance](acceptance.png)",
+                        markdown_table(measure_rows(results, live)), "![acceptance](acceptance.png)",
                         "## Counterfactuals (Δτ per prompt, paired, 95% interval)", markdown_table(shown),
                         "## The gap, attributed", "\n".join(f"- {x['line']}" for x in atts)]) + "\n"
     if answers := study_answers(facts):
         text += "\n## Differences only training can change\n\n" + markdown_table(answers) + "\n"
     checks = [{"drafter": n} | r for n, m in models.items() for r in serving_checks(m, cache, indices)]
-    tvs = {n: train_vs_serve(results[n], run) for n, (_, run) in paths.items() if run is not None}
-    text += "\n## Served as trained?\n\n" + markdown_table(checks) + "\n" + "".join(
-        f"\n### {n}: training against serving\n\n{markdown_table(rows)}\n" for n, rows in tvs.items())
-    gates = {n: overfit_gate(m, overfit_target, cache, work=out / f"overfit-{i}")
-             for i, (n, m) in enumerate(models.items())} if overfit_target is not None else {}
+    cache_checks = live_checks(cache, target, max(2, min(online, 8))) if online else []
+    tvs = {n: train_vs_serve(results[n], run, online=live and live[n]) for n, (_, run) in paths.items() if run}
+    text += "\n## Served as trained?\n\n" + markdown_table(checks) + "\n"
+    if cache_checks: text += f"\n### The cache against the live target\n\n{markdown_table(cache_checks)}\n"
+    text += "".join(f"\n### {n}: training against serving\n\n{markdown_table(rows)}\n" for n, rows in tvs.items())
+    gates = {n: overfit_gate(m, target, cache, work=out / f"overfit-{i}")
+             for i, (n, m) in enumerate(models.items())} if overfit else {}
     if gates: text += "\n## The overfit gate\n\n" + markdown_table([{"drafter": n} | g for n, g in gates.items()]) + "\n"
-    record = {"study_answers": answers, "overfit": gates, "facts": facts, "measured": measure_rows(results), "counterfactuals": cf, "attribution": atts,
-              "checks": checks, "train_vs_serve": tvs}
+    record = {"facts": facts, "measured": measure_rows(results, live), "online": live, "counterfactuals": cf,
+              "attribution": atts, "study_answers": answers, "checks": checks, "cache_checks": cache_checks,
+              "train_vs_serve": tvs, "overfit": gates}
     atomic_write(out / "diagnosis.json", lambda p: p.write_text(json.dumps(record, indent=1)))
     return atomic_write(out / "report.md", lambda p: p.write_text(text))
 
@@ -342,8 +423,11 @@ def diagnose_parser() -> argparse.ArgumentParser:
     ap.add_argument("--target", required=True, help="target model directory (embeddings, final norm, lm_head)")
     ap.add_argument("--budgets", type=int, nargs="*", default=[8], help="DDTree budgets besides B-1 (default: 8)")
     ap.add_argument("--limit", type=int, default=0, help="only the first N samples (0: all)")
+    ap.add_argument("--online", type=int, default=0, help="decode the first N prompts live and check the cache against "
+                    "the live target (loads the whole target; default 0: offline only)")
     ap.add_argument("--overfit", action="store_true", help="also the overfit gate: a fresh drafter of each layout "
                     "trained on one sample must accept whole blocks on it (loads the whole target)")
+    add_sampling_options(ap)
     ap.add_argument("--out", default="diagnosis", help="output directory (default: diagnosis)")
     return ap
 
@@ -356,12 +440,16 @@ def diagnose_main(argv=None) -> None:
             raise ValueError(f"--names gives {len(a.names)} labels for {len(a.drafter)} drafters; give one each.")
         if len(set(a.names or [])) < len(a.names or []):
             raise ValueError(f"--names {a.names} repeats a label; give each drafter its own.")
+        for flag in ("limit", "online"):
+            if getattr(a, flag) < 0: raise ValueError(f"--{flag} {getattr(a, flag)}: give a count >= 0 (0: none).")
+        sampling = eval_sampling(a)
         check_output_dir(a.out)
         names = a.names or [Path(p).name for p in a.drafter]
         if len(set(names)) < len(names):
             raise ValueError(f"Two drafters are both named {names}: give --names.")
-        cache, target = HiddenStateCache(a.cache), load_target_heads(a.target)
+        cache, heads = HiddenStateCache(a.cache), load_target_heads(a.target)
         idx = range(min(a.limit, len(cache))) if a.limit else None
-        full = load_target(a.target) if a.overfit else None
-        print(diagnose(dict(zip(names, a.drafter)), cache, target.model, a.out, tuple(a.budgets), idx, full))
+        full = load_target(a.target) if a.overfit or a.online else None
+        print(diagnose(dict(zip(names, a.drafter)), cache, heads.model, a.out, tuple(a.budgets), idx, full, a.online,
+                       a.overfit, sampling))
 

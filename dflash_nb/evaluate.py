@@ -26,8 +26,8 @@ __all__ = ['SPANS', 'ROW_BYTES', 'BLOCKS_PER_CALL', 'REPLAY_ROWS', 'SMALL_N', 'S
            'pad_stack', 'prompt_contexts', 'blocks_per_call', 'AnchorDrafts', 'anchor_drafts', 'replay_prompts',
            'OfflineResult', 'round_acceptance', 'offline_result', 'offline_tau_many', 'offline_tau', 'selector_slots',
            'anchor_overlaps', 'expected_acceptance', 'comparison_rows', 'markdown_table', 'wilson_interval',
-           'plot_acceptance', 'load_drafters', 'with_selector_off', 'compare', 'eval_parser', 'eval_sampling',
-           'eval_main']
+           'plot_acceptance', 'load_drafters', 'with_selector_off', 'compare', 'add_sampling_options', 'eval_parser',
+           'eval_sampling', 'eval_main']
 
 # %% ../nbs/06_evaluate.ipynb #f04e61d2
 def accept_chain(logits: torch.Tensor, truth: torch.Tensor) -> int:
@@ -457,6 +457,14 @@ def compare(drafters, cache: HiddenStateCache, target_model=None, budgets=(8,), 
     return comparison_rows(results), results, plot_acceptance(results) if "plot" in show else None
 
 # %% ../nbs/06_evaluate.ipynb #f0e3f611
+def add_sampling_options(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    "Add --temperature, --top-k and --top-p (read back by `eval_sampling`) to `ap`."
+    ap.add_argument("--temperature", type=float, default=0.0, help="also the expected chain τ when sampling at this "
+                    "temperature (default 0: greedy only, today's numbers)")
+    ap.add_argument("--top-k", type=int, help="with --temperature: the target's top-k cut")
+    ap.add_argument("--top-p", type=float, help="with --temperature: the target's top-p (nucleus) cut")
+    return ap
+
 def eval_parser() -> argparse.ArgumentParser:
     "The `dflash-eval` command line."
     ap = argparse.ArgumentParser(prog="dflash-eval", description="Offline τ (chain and DDTree), per-position "
@@ -474,16 +482,13 @@ def eval_parser() -> argparse.ArgumentParser:
     ap.add_argument("--attention", choices=ATTENTION_MODES, default="config",
                     help="attention semantics: as configured, or an override (bidirectional, causal, full)")
     ap.add_argument("--limit", type=int, default=0, help="evaluate only the first N samples (0: all)")
-    ap.add_argument("--temperature", type=float, default=0.0, help="also the expected chain τ when sampling at this "
-                    "temperature (default 0: greedy only, today's numbers)")
-    ap.add_argument("--top-k", type=int, help="with --temperature: the target's top-k cut")
-    ap.add_argument("--top-p", type=float, help="with --temperature: the target's top-p (nucleus) cut")
+    add_sampling_options(ap)
     ap.add_argument("--out", default="eval.json", help="JSON file to write (default: eval.json)")
     return ap
 
 # %% ../nbs/06_evaluate.ipynb #106bf1aa
 def eval_sampling(a: argparse.Namespace):
-    "The `decode.Sampling` of `dflash-eval`'s --temperature/--top-k/--top-p; None at temperature 0 (greedy only)."
+    "The `decode.Sampling` of --temperature/--top-k/--top-p (`add_sampling_options`); None at temperature 0 (greedy only)."
     from dflash_nb.decode import Sampling
     if a.temperature == 0:
         if a.top_k is not None or a.top_p is not None:

@@ -99,3 +99,26 @@ def test_pipeline_extract_train_offline_online_lossless(target, tmp_path):
           f"online tau {sum(online) / len(online):.3f}; lossless {lossless}/{len(ev)}; seconds {seconds}")
     assert lossless == len(ev)
 
+
+
+def test_overfit_gate_on_the_real_target(target, tmp_path):
+    "A fresh drafter of each layout (fused, split) and loss (CE, KL) learns one real response by heart: whole blocks."
+    from types import SimpleNamespace
+    from dflash_nb.cache import HiddenStateCache
+    from dflash_nb.config import TrainConfig, default_target_layer_ids
+    from dflash_nb.diagnose import overfit_gate
+    from dflash_nb.extract import cached_responses, extract_to_cache
+    from dflash_nb.toy import load_prompts
+    from dflash_nb.train import drafter_config_for
+    mask_id = target.tokenizer.convert_tokens_to_ids(MASK_TOKEN)
+    one = cached_responses(target, load_prompts("eval")[:1], tmp_path / "one.jsonl", MAX_NEW, 1)
+    cache = HiddenStateCache(extract_to_cache(target, one, tmp_path / "cache", default_target_layer_ids(30)))
+    gates = {}
+    for fusion in ("fused", "split"):
+        drafter = dict(num_hidden_layers=1, block_size=16, mask_token_id=mask_id, fusion=fusion)
+        layout = SimpleNamespace(config=drafter_config_for(TrainConfig(drafter=drafter), target, cache))
+        for loss in ("ce", "kl"):
+            gates[fusion, loss] = overfit_gate(layout, target, cache, work=tmp_path / f"{fusion}-{loss}", loss=loss,
+                                               target_source="final" if loss == "kl" else "tokens")
+    print({k: (g["passed"], round(g["tau offline"], 2), round(g["tau online"], 2)) for k, g in gates.items()})
+    assert all(g["passed"] for g in gates.values()), gates
