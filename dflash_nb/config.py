@@ -18,10 +18,10 @@ from .cli import check_keys, read_settings
 __all__ = ['TAP_CONVENTION', 'TAP_CONVENTIONS', 'FUSIONS', 'LAYER_TYPES', 'DEFAULT_ROPE_THETA', 'POSITIVE_DIMS', 'ROPE_TYPES',
            'ATTENTION_MODES', 'HONOURED', 'DFLASH_HONOURED', 'CHECKED', 'DFLASH_CHECKED', 'DFLASH2_KEYS',
            'DFLASH2_HONOURED', 'DFLASH2_CHECKED', 'IGNORED', 'REFUSED', 'DFLASH_REFUSED', 'LOSSES', 'SOURCES',
-           'SCHEDULES', 'PARALLELS', 'INIT_NORMS', 'FIELD_TYPES', 'DRAFTER_KEYS', 'hidden_state_index',
-           'default_target_layer_ids', 'fc_tap_ids', 'DFlashConfig', 'LayerAttention', 'is_dflash2_config',
-           'check_hub_fields', 'read_hub_config', 'hub_field_table', 'TrainConfig', 'check_repro_noise',
-           'load_train_config']
+           'SCHEDULES', 'PARALLELS', 'INIT_NORMS', 'POSITION_WEIGHTS', 'FIELD_TYPES', 'DRAFTER_KEYS',
+           'hidden_state_index', 'default_target_layer_ids', 'fc_tap_ids', 'DFlashConfig', 'LayerAttention',
+           'is_dflash2_config', 'check_hub_fields', 'read_hub_config', 'hub_field_table', 'TrainConfig',
+           'check_repro_noise', 'load_train_config']
 
 # %% ../nbs/00_config.ipynb #10ad5f17
 TAP_CONVENTION = "layer_output"  # tap id k = output of decoder layer k = HF hidden_states[k+1]
@@ -457,6 +457,7 @@ def hub_field_table() -> list[dict]:
 # %% ../nbs/00_config.ipynb #52886ac2
 LOSSES, SOURCES, SCHEDULES = ("ce", "kl"), ("auto", "tokens", "final", "deepest_tap"), ("constant", "linear", "cosine")
 PARALLELS, INIT_NORMS = ("ddp", "fsdp"), ("default", "target", "small")
+POSITION_WEIGHTS = ("gamma", "dpace")
 
 @dataclass
 class TrainConfig:
@@ -473,6 +474,8 @@ class TrainConfig:
     target_source: str = "auto"       # auto, tokens, final or deepest_tap (`source` resolves auto)
     gamma: float = 7.0                # position decay exp(-(k-1)/gamma)
     streak: float = 0.0               # streak-aware up-weighting of slots whose predecessors are right (0 = off)
+    position_weight: str = "gamma"    # slot weights: "gamma" (the decay above) or "dpace" (D-PACE; needs loss ce)
+    dpace_alpha: float = 0.5          # D-PACE's confidence smoothing: a slot's factor is (1 - alpha)·q + alpha
     loss_chunk: int = 32              # anchors (block rows) per chunk of lm_head + loss; 0: all at once
     noise_std: float = 0.0            # noise on the fc input, relative to each tap's RMS
     noise_schedule: str = "constant"  # constant, linear (to 0) or cosine (to 0)
@@ -531,12 +534,16 @@ def _validate_run(self: TrainConfig) -> TrainConfig:
     "Raise on inconsistent settings, naming the field and the fix."
     for f in fields(self): _check_kind(f.name, getattr(self, f.name), f.type)
     for name, options in [("loss", LOSSES), ("target_source", SOURCES), ("noise_schedule", SCHEDULES),
-                          ("parallel", PARALLELS), ("init_norm", INIT_NORMS)]:
+                          ("parallel", PARALLELS), ("init_norm", INIT_NORMS),
+                          ("position_weight", POSITION_WEIGHTS)]:
         _choice(name, getattr(self, name), options)
     if self.cache and self.prompts: raise ValueError("Give either cache (offline) or prompts (online mode), not both.")
     for k in ("num_anchors", "batch_size", "grad_accum", "epochs", "log_every", "save_every"):
         if getattr(self, k) < 1: raise ValueError(f"{k}={getattr(self, k)} must be >= 1.")
     if self.gamma <= 0: raise ValueError(f"gamma={self.gamma} must be > 0 (7 is the paper's value for block 16).")
+    if self.position_weight == "dpace" and (self.loss != "ce" or self.streak):
+        raise ValueError("position_weight='dpace' weights slots by the drafter's own CE: use loss='ce' and streak=0.")
+    if not 0 <= self.dpace_alpha <= 1: raise ValueError(f"dpace_alpha={self.dpace_alpha} must be in 0..1 (0.5 is D-PACE's).")
     if self.loss == "kl" and self.source == "tokens":
         raise ValueError("loss='kl' needs target logits: set target_source='final' (a cache with final states) "
                          "or 'deepest_tap'.")

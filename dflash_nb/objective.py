@@ -16,10 +16,10 @@ from .dflash2 import unary_scores
 from .batches import Batch, make_batch, step_generator
 
 # %% auto #0
-__all__ = ['SLOT_LOSSES', 'slot_positions', 'target_logits', 'TargetHead', 'position_weights', 'prefix_correct', 'weighted_slots',
-           'dflash_loss', 'acceptance_counts', 'acceptance_metrics', 'noise_level', 'noisy_fc_input', 'noisy_targets',
-           'rows_targets', 'loss_targets', 'selector_terms', 'RowsLoss', 'ChunkedRowsLoss', 'step_loss',
-           'slot_gradients', 'NoiseOnTargets', 'SlotGrads', 'SelectorMetrics', 'run_callbacks']
+__all__ = ['SLOT_LOSSES', 'slot_positions', 'target_logits', 'TargetHead', 'position_weights', 'prefix_correct', 'dpace_weights',
+           'weighted_slots', 'dflash_loss', 'acceptance_counts', 'acceptance_metrics', 'noise_level', 'noisy_fc_input',
+           'noisy_targets', 'rows_targets', 'loss_targets', 'selector_terms', 'RowsLoss', 'ChunkedRowsLoss',
+           'step_loss', 'slot_gradients', 'NoiseOnTargets', 'SlotGrads', 'SelectorMetrics', 'run_callbacks']
 
 # %% ../nbs/04b_objective.ipynb #c4b95edb
 def slot_positions(b: Batch, block_size: int):
@@ -53,6 +53,14 @@ def prefix_correct(correct: torch.Tensor) -> torch.Tensor:
     "For each slot, whether every slot before it (from slot 1) is correct; True for slot 1."
     return F.pad(correct.int().cumprod(-1)[..., :-1], (1, 0), value=1).bool()
 
+# %% ../nbs/04b_objective.ipynb #3e947bd2
+def dpace_weights(ce: torch.Tensor, supervised: torch.Tensor, alpha: float = 0.5) -> torch.Tensor:
+    "D-PACE weights [..., B-1] of slots with cross-entropy `ce`: Σ_{j≥k} Π_{i≤j} ((1-α)·exp(-ce_i) + α), supervised."
+    with torch.no_grad():
+        m = supervised.to(ce.dtype)
+        s = torch.where(supervised, (1 - alpha) * torch.exp(-ce) + alpha, torch.ones_like(ce))
+        return (s.cumprod(-1) * m).flip(-1).cumsum(-1).flip(-1) * m
+
 # %% ../nbs/04b_objective.ipynb #6eb45ab4
 def weighted_slots(logits, labels, supervised, cfg: TrainConfig, soft_logits=None) -> tuple:
     "Per slot 1..B-1 of `logits` [N, A, B, V]: `cfg.loss`, its detached weight, whether right (all [N, A, B-1])."
@@ -62,7 +70,8 @@ def weighted_slots(logits, labels, supervised, cfg: TrainConfig, soft_logits=Non
         logp_t = soft_logits.log_softmax(-1)
         per = (logp_t.exp() * (logp_t - lg.log_softmax(-1))).sum(-1)
     correct = (lg.argmax(-1) == labels) & supervised
-    w = position_weights(logits.shape[2], cfg.gamma).to(lg.device) * supervised
+    if cfg.position_weight == "dpace": w = dpace_weights(per, supervised, cfg.dpace_alpha)
+    else: w = position_weights(logits.shape[2], cfg.gamma).to(lg.device) * supervised
     if cfg.streak: w = w * (1 + cfg.streak * prefix_correct(correct))
     return per, w, correct
 

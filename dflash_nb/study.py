@@ -8,6 +8,8 @@ Docs: https://dflash-nb.github.io/dflash_nb/recipe_study.html.md"""
 # %% ../nbs/12_recipe_study.ipynb #24ba1acc
 from __future__ import annotations
 import argparse, json, math, shutil, statistics, time
+import numpy as np
+from scipy.stats import t as t_dist
 from dataclasses import dataclass, field, asdict, fields, replace
 from pathlib import Path
 from fastcore.basics import patch
@@ -23,12 +25,13 @@ from .diagnostics import retrofit_fused
 from .cli import refusals
 
 # %% auto #0
-__all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'RETROFIT', 'T95', 'SELECTOR_COLUMNS', 'StudyConfig', 'run_dir',
-           'retrofit_init', 'run_config', 'load_study_config', 'StudyInputs', 'load_inputs', 'held_out_indices',
-           'evaluate_run', 'train_run', 'retrofit_stage', 'retrofit_first_stage', 'config_changes', 'run_one',
-           'run_study', 't95', 'Interval', 'mean_ci', 'paired_diff', 'verdict', 'by_variant', 'summary_rows',
-           'question_rows', 'plot_study_tau', 'plot_study_acceptance', 'plot_question', 'plot_questions',
-           'plot_study_training', 'slot_loss', 'plot_slot_dilution', 'write_study_report', 'study_parser', 'study_main']
+__all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'RETROFIT', 'SELECTOR_COLUMNS', 'StudyConfig', 'run_dir', 'retrofit_init',
+           'run_config', 'load_study_config', 'StudyInputs', 'load_inputs', 'held_out_indices', 'evaluate_run',
+           'budget_curve', 'train_run', 'retrofit_stage', 'retrofit_first_stage', 'config_changes', 'run_one',
+           'run_study', 't95', 'Interval', 'mean_ci', 'paired_diff', 'verdict', 'hierarchical_interval', 'by_variant',
+           'summary_rows', 'question_rows', 'trend', 'curve_rows', 'plot_study_tau', 'plot_study_acceptance',
+           'plot_question', 'plot_question_curve', 'plot_questions', 'plot_study_training', 'slot_loss',
+           'plot_slot_dilution', 'write_study_report', 'study_parser', 'study_main']
 
 # %% ../nbs/12_recipe_study.ipynb #7d270c01
 LAUNCHERS = ("inline", "torchrun")
@@ -193,11 +196,23 @@ def evaluate_run(ck, sc: StudyConfig, inputs: StudyInputs, name: str = "drafter"
     budgets = sorted(set(sc.budgets) | {eq})
     r = offline_tau(model, inputs.held_out, idx, budgets, name)
     out = {"tau": r.tau, "tau_equal_cost": r.tau_tree[eq], "equal_cost_budget": eq,
-           "tau_tree": {str(b): t for b, t in r.tau_tree.items()}, "acc_cum": r.acc_cum, "acc_cond": r.acc_cond}
+           "tau_tree": {str(b): t for b, t in r.tau_tree.items()}, "acc_cum": r.acc_cum, "acc_cond": r.acc_cond,
+           "tau_per_prompt": r.tau_per_prompt}
     if model.candidate_selector is not None:      # DFlash 2: the lattice tree, and the same drafter without its selector
         off = offline_tau(model.without_selector(), inputs.held_out, idx, (), name)
         out |= {"tau_lattice_equal_cost": r.tau_lattice[eq], "tau_selector_off": off.tau}
     return out
+
+# %% ../nbs/12_recipe_study.ipynb #796bdfbe
+def _checkpoints(run: Path) -> list[Path]:
+    "A run's saved checkpoints, oldest first."
+    return sorted((run / "checkpoints").glob("step-*"))
+
+def budget_curve(run: Path, sc: StudyConfig, inputs: StudyInputs, name: str, offset: int = 0) -> list[dict]:
+    "[{step, tau, tau_equal_cost, tau_per_prompt}] of every checkpoint `run` saved, `offset` added to its step."
+    keep = ("tau", "tau_equal_cost", "tau_per_prompt")
+    return [{"step": int(ck.name.removeprefix("step-")) + offset} | {k: v for k, v in evaluate_run(ck, sc, inputs, name).items()
+                                                                     if k in keep} for ck in _checkpoints(run)]
 
 # %% ../nbs/12_recipe_study.ipynb #6e00fd72
 def train_run(cfg: TrainConfig, sc: StudyConfig, inputs: StudyInputs, stop_after: int | None = None) -> Path | None:
@@ -263,6 +278,9 @@ def run_one(sc: StudyConfig, name: str, seed: int, inputs: StudyInputs, stop_aft
     res = {"variant": name, "seed": seed, "steps": sc.steps, "checkpoint": str(ck), "config": asdict(cfg)}
     t1 = time.perf_counter()
     res |= evaluate_run(ck, sc, inputs, name)
+    first = budget_curve(run_dir(sc, name, seed) / "stage-1", sc, inputs, name) if retrofit else []
+    res["curve"] = first + budget_curve(run_dir(sc, name, seed), sc, inputs, name,
+                                        sc.variants[name]["retrofit_at"] if retrofit else 0)
     res["seconds"] = {"train": round(t1 - t0, 1), "eval": round(time.perf_counter() - t1, 1)}  # this process's part
     atomic_write(path, lambda p: p.write_text(json.dumps(res, indent=1)))
     return _json(res)
@@ -275,16 +293,10 @@ def run_study(sc: StudyConfig, inputs: StudyInputs | None = None, stop_after: in
     return [r for n, s in runs if (r := run_one(sc, n, s, inputs, stop_after)) is not None]
 
 # %% ../nbs/12_recipe_study.ipynb #b3b1e8aa
-T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-       2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
 def t95(df: int) -> float:
-    "The two-sided 95% Student-t quantile for `df` degrees of freedom (table to 30; scipy beyond, if installed)."
+    "The two-sided 95% Student-t quantile for `df` degrees of freedom (scipy.stats)."
     if df < 1: raise ValueError(f"df={df}: an interval needs at least 2 seeds.")
-    if df <= len(T95): return T95[df - 1]
-    try: from scipy.stats import t
-    except ImportError: raise ValueError(f"{df + 1} seeds: the t table stops at 31 seeds; install scipy for more.")
-    return float(t.ppf(0.975, df))
+    return float(t_dist.ppf(0.975, df))
 
 # %% ../nbs/12_recipe_study.ipynb #7e4acb8d
 @dataclass
@@ -323,6 +335,21 @@ def verdict(d: Interval, higher_is_better: bool = True) -> str:
     if d.lo <= 0 <= d.hi: return "no measurable difference"
     return "better" if (d.lo > 0) == higher_is_better else "worse"
 
+# %% ../nbs/12_recipe_study.ipynb #5e8bd774
+def hierarchical_interval(diffs: dict, n_boot: int = 10000, seed: int = 0) -> Interval:
+    "Mean of paired per-prompt differences {seed: [per prompt]} and its 95% bootstrap interval over seeds and prompts."
+    rows = [list(diffs[s]) for s in sorted(diffs)]
+    if len(rows) < 2 or len({len(r) for r in rows}) != 1 or not rows[0]:
+        raise ValueError("A seeds x prompts interval needs at least 2 seeds, each with the same held-out prompts.")
+    x = np.array(rows, dtype=np.float64)                                              # [seeds, prompts]
+    S, P = x.shape
+    g = np.random.default_rng(seed)
+    seeds = g.integers(0, S, (n_boot, S))
+    prompts = g.integers(0, P, (n_boot, 1, P))                   # one draw of prompts for all seeds: they share them
+    means = x[seeds[..., None], prompts].mean((1, 2))
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return Interval(float(x.mean()), float(lo), float(hi), S)
+
 # %% ../nbs/12_recipe_study.ipynb #8ecec53c
 def by_variant(results: list[dict]) -> dict:
     "{variant: {seed: result}}, variants in order of first appearance."
@@ -355,8 +382,13 @@ def _per_seed(per: dict, key: str) -> dict:
     "{seed: result[key]} of one variant's results."
     return {s: r[key] for s, r in per.items()}
 
+def _per_prompt_diffs(var: dict, ref: dict) -> dict | None:
+    "{seed: [per-prompt chain τ of `var` − `ref`]}, or None when a run did not keep its τ per prompt."
+    if not all("tau_per_prompt" in r for r in (*var.values(), *ref.values())): return None
+    return {s: [a - b for a, b in zip(var[s]["tau_per_prompt"], ref[s]["tau_per_prompt"])] for s in sorted(var)}
+
 def question_rows(results: list[dict], comparisons: dict) -> list[dict]:
-    "One row per question {name: (reference, variant)}: paired differences of chain and DDTree-(B-1) τ, verdicts."
+    "One row per question {name: (reference, variant)}: paired Δτ (seeds; seeds × prompts where kept), verdicts."
     runs, rows = by_variant(results), []
     for q, (ref, var) in comparisons.items():
         if missing := [n for n in (ref, var) if n not in runs]:
@@ -365,7 +397,37 @@ def question_rows(results: list[dict], comparisons: dict) -> list[dict]:
         for key, col in (("tau", "chain"), ("tau_equal_cost", "DDTree-(B-1)")):
             d = paired_diff(_per_seed(runs[var], key), _per_seed(runs[ref], key))
             row |= {f"Δτ {col}": str(d), f"{col}": verdict(d)}
+        if (diffs := _per_prompt_diffs(runs[var], runs[ref])) is not None:
+            h = hierarchical_interval(diffs)
+            row["Δτ chain, seeds × prompts"] = str(h)
+            if verdict(h) != row["chain"]: row["chain"] = "no measurable difference"     # called only when both agree
         rows.append(row)
+    return rows
+
+# %% ../nbs/12_recipe_study.ipynb #f8c52a44
+def trend(first: Interval, last: Interval) -> str:
+    "How a paired difference moves from its first to its last budget point: flips, grows or shrinks."
+    if first.n < 2: return "one seed: no interval"
+    ends = {verdict(first), verdict(last)}
+    if ends == {"better", "worse"}: return "flips"
+    moved = "grows" if abs(last.mean) > abs(first.mean) else "shrinks"
+    return moved if ends - {"no measurable difference"} else moved + " (within noise)"
+
+def _curve_diffs(runs: dict, ref: str, var: str) -> dict:
+    "{step: paired Δ chain τ over seeds} at the checkpoint steps both variants saved."
+    at = lambda per: [{p["step"]: p["tau"] for p in r["curve"]} for r in per.values()]
+    steps = sorted(set.intersection(*(set(c) for c in at(runs[ref]) + at(runs[var]))))
+    pick = lambda per, st: {s: next(p["tau"] for p in r["curve"] if p["step"] == st) for s, r in per.items()}
+    return {st: paired_diff(pick(runs[var], st), pick(runs[ref], st)) for st in steps}
+
+def curve_rows(results: list[dict], comparisons: dict) -> list[dict]:
+    "One row per question: Δ chain τ [95%] at each budget point, and its `trend`; [] for results without curves."
+    if not results or not all("curve" in r for r in results): return []
+    runs, rows = by_variant(results), []
+    for q, (ref, var) in comparisons.items():
+        ds = _curve_diffs(runs, ref, var)
+        rows.append({"question": q} | {f"Δτ chain @ step {st}": str(x) for st, x in ds.items()}
+                    | {"as training goes on": trend(*(list(ds.values())[i] for i in (0, -1)))})
     return rows
 
 # %% ../nbs/12_recipe_study.ipynb #c3ab501d
@@ -419,6 +481,19 @@ def plot_question(results: list[dict], ref: str, var: str, title: str = "") -> F
     a2.set(xticks=[0, 1], xlim=(-0.5, 1.5), title=f"Δτ = {var} − {ref}")
     a2.set_xticklabels(["chain", "DDTree-(B-1)"])
     fig.suptitle(title or f"{var} vs {ref}")
+    return fig
+
+# %% ../nbs/12_recipe_study.ipynb #1f2c6474
+def plot_question_curve(results: list[dict], ref: str, var: str, title: str = "") -> Figure:
+    "One question along the training budget: paired Δ chain τ, mean ± 95% CI over seeds, at each checkpoint step."
+    fig = Figure(figsize=(5, 3.2), layout="constrained")
+    ax = fig.subplots()
+    ds = _curve_diffs(by_variant(results), ref, var)
+    steps, cis = list(ds), list(ds.values())
+    err = [[c.mean - c.lo for c in cis], [c.hi - c.mean for c in cis]] if all(c.n > 1 for c in cis) else None
+    ax.errorbar(steps, [c.mean for c in cis], yerr=err, fmt="-o", capsize=4)
+    ax.axhline(0, color="0.3", lw=0.8)
+    ax.set(xlabel="training step", ylabel=f"Δ chain τ ({var} − {ref})", title=title or f"{var} vs {ref}")
     return fig
 
 # %% ../nbs/12_recipe_study.ipynb #f635b30e
@@ -486,6 +561,9 @@ def _report_figures(sc: StudyConfig, results: list[dict]) -> dict:
     figs["questions"] = plot_questions(results, sc.comparisons)
     for i, (q, (ref, var)) in enumerate(sc.comparisons.items()):
         figs[f"question-{i + 1}"] = plot_question(results, ref, var, q)
+    if curve_rows(results, sc.comparisons):
+        for i, (q, (ref, var)) in enumerate(sc.comparisons.items()):
+            figs[f"curve-{i + 1}"] = plot_question_curve(results, ref, var, q)
     if sc.slot_grads_every and sc.slot_grads_variants: figs["slot-dilution"] = plot_slot_dilution(sc, results)
     return figs
 
@@ -493,7 +571,7 @@ def write_study_report(sc: StudyConfig, results: list[dict]) -> Path:
     "out_dir/report/report.md (the variant and question tables) with a PNG per figure beside it."
     out = Path(sc.out_dir) / "report"
     out.mkdir(parents=True, exist_ok=True)
-    figs = _report_figures(sc, results)
+    figs, curve = _report_figures(sc, results), curve_rows(results, sc.comparisons)
     for name, fig in figs.items(): atomic_write(out / f"{name}.png", lambda p: fig.savefig(p, format="png", dpi=80))
     text = (f"# Recipe study: {len(sc.variants)} variants × {len(sc.seeds)} seeds, {sc.steps} steps each\n\n"
             f"Baseline: `{sc.baseline}`. τ on held-out data, mean [95% t-interval over seeds]; the difference is "
@@ -501,6 +579,7 @@ def write_study_report(sc: StudyConfig, results: list[dict]) -> Path:
             + markdown_table(summary_rows(results, sc.baseline)) + "\n\n## Questions\n\n"
             "Δτ = variant − reference, paired by seed, mean [95% t-interval]; a verdict is 'better' or 'worse' "
             "only when the interval excludes 0.\n\n" + markdown_table(question_rows(results, sc.comparisons)) + "\n\n"
+            + (f"## Δτ against training budget\n\n{markdown_table(curve)}\n\n" if curve else "")
             + "".join(f"![{k}]({k}.png)\n" for k in figs))
     atomic_write(out / "results.json", lambda p: p.write_text(json.dumps(results, indent=1)))
     return atomic_write(out / "report.md", lambda p: p.write_text(text))
