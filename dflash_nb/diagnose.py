@@ -119,6 +119,7 @@ def measure_rows(results: dict, online: dict | None = None) -> list[dict]:
 # %% ../nbs/13_diagnose.ipynb #a7679478
 def measure_online(models: dict, target, cache: HiddenStateCache, n: int = 4, sampling=None) -> dict:
     "{name: {tau_per_prompt, acc_cond, reached}}: each drafter decoding the first `n` cached prompts live, chain."
+    if n < 1: raise ValueError(f"n={n}: decode at least 1 prompt online.")
     out = {}
     for name, m in models.items():
         taus, rounds = [], []
@@ -374,6 +375,7 @@ def diagnose(drafters: dict, cache: HiddenStateCache, target_model, out, budgets
              online: int = 0, overfit: bool = False, sampling=None) -> Path:
     "Write the diagnosis of `drafters` {name: checkpoint or run directory} into `out`; the whole `target` for the rest."
     out = check_output_dir(out)
+    if online < 0: raise ValueError(f"online={online}: give a number of prompts to decode live, >= 0 (0: none).")
     if (online or overfit) and target is None:
         raise ValueError("online τ, the live-target checks and the overfit gate run the whole target: give target=.")
     out.mkdir(parents=True, exist_ok=True)
