@@ -18,7 +18,7 @@ from .cli import check_keys, read_settings
 __all__ = ['TAP_CONVENTION', 'TAP_CONVENTIONS', 'FUSIONS', 'LAYER_TYPES', 'DEFAULT_ROPE_THETA', 'POSITIVE_DIMS', 'ROPE_TYPES',
            'ATTENTION_MODES', 'HONOURED', 'DFLASH_HONOURED', 'CHECKED', 'DFLASH_CHECKED', 'DFLASH2_KEYS',
            'DFLASH2_HONOURED', 'DFLASH2_CHECKED', 'IGNORED', 'REFUSED', 'DFLASH_REFUSED', 'LOSSES', 'SOURCES',
-           'SCHEDULES', 'PARALLELS', 'INIT_NORMS', 'POSITION_WEIGHTS', 'FIELD_TYPES', 'DRAFTER_KEYS',
+           'SCHEDULES', 'PARALLELS', 'INIT_NORMS', 'POSITION_WEIGHTS', 'OPTIMIZERS', 'FIELD_TYPES', 'DRAFTER_KEYS',
            'hidden_state_index', 'default_target_layer_ids', 'fc_tap_ids', 'DFlashConfig', 'LayerAttention',
            'is_dflash2_config', 'check_hub_fields', 'read_hub_config', 'hub_field_table', 'TrainConfig',
            'check_repro_noise', 'load_train_config']
@@ -457,7 +457,7 @@ def hub_field_table() -> list[dict]:
 # %% ../nbs/00_config.ipynb #52886ac2
 LOSSES, SOURCES, SCHEDULES = ("ce", "kl"), ("auto", "tokens", "final", "deepest_tap"), ("constant", "linear", "cosine")
 PARALLELS, INIT_NORMS = ("ddp", "fsdp"), ("default", "target", "small")
-POSITION_WEIGHTS = ("gamma", "dpace")
+POSITION_WEIGHTS, OPTIMIZERS = ("gamma", "dpace"), ("adamw", "muon")
 
 @dataclass
 class TrainConfig:
@@ -483,9 +483,10 @@ class TrainConfig:
     num_anchors: int = 512            # blocks sampled per sequence
     batch_size: int = 1               # sequences per micro-batch per rank
     grad_accum: int = 1               # micro-batches per optimizer step
-    lr: float = 6e-4                  # peak learning rate (AdamW, betas 0.9/0.95)
+    lr: float = 6e-4                  # peak learning rate
     warmup: float = 0.04              # fraction of steps
-    weight_decay: float = 0.0         # AdamW weight decay
+    weight_decay: float = 0.0         # decoupled weight decay
+    optimizer: str = "adamw"          # "adamw" (betas 0.9/0.95) or "muon" (Muon on linear weights, AdamW on the rest)
     grad_clip: float = 1.0            # max global grad norm
     epochs: int = 1                   # passes over the data (when steps is 0)
     steps: int = 0                    # 0: as many as `epochs` give
@@ -535,7 +536,7 @@ def _validate_run(self: TrainConfig) -> TrainConfig:
     for f in fields(self): _check_kind(f.name, getattr(self, f.name), f.type)
     for name, options in [("loss", LOSSES), ("target_source", SOURCES), ("noise_schedule", SCHEDULES),
                           ("parallel", PARALLELS), ("init_norm", INIT_NORMS),
-                          ("position_weight", POSITION_WEIGHTS)]:
+                          ("position_weight", POSITION_WEIGHTS), ("optimizer", OPTIMIZERS)]:
         _choice(name, getattr(self, name), options)
     if self.cache and self.prompts: raise ValueError("Give either cache (offline) or prompts (online mode), not both.")
     for k in ("num_anchors", "batch_size", "grad_accum", "epochs", "log_every", "save_every"):
@@ -553,6 +554,8 @@ def _validate_run(self: TrainConfig) -> TrainConfig:
         raise ValueError(f"selector_warmup={self.selector_warmup} must be a fraction of the steps, 0..1.")
     if self.loss_chunk < 0:
         raise ValueError(f"loss_chunk={self.loss_chunk} must be >= 0 (anchors per chunk of the loss; 0 = all at once).")
+    if self.optimizer == "muon" and self.parallel == "fsdp":
+        raise ValueError("optimizer='muon' orthogonalises whole weight matrices; FSDP shards them: use parallel='ddp'.")
     if self.init_from and self.init_norm != "default":
         raise ValueError(f"init_norm={self.init_norm!r} with init_from: the checkpoint's norm wins; drop one.")
     if self.repro_noise_on_targets: check_repro_noise(self)

@@ -28,7 +28,7 @@ from .config import TrainConfig, load_train_config
 from .batches import Batch
 from .objective import TargetHead, step_loss, acceptance_counts, noisy_fc_input
 from .distributed import parallelize
-from .train import drafter_config_for
+from .train import drafter_config_for, make_optimizer
 from .extract import extract_taps
 from .evaluate import REPLAY_ROWS, BlockDrafts, prompt_contexts, blocks_per_call
 from .cli import refusals
@@ -373,7 +373,7 @@ def _fake_drafter(cfg: TrainConfig, target) -> tuple:
     return dc, DFlashDraftModel(dc, tm.get_input_embeddings(), tm.get_output_embeddings())
 
 class FakeRun:
-    "A training run as `Trainer` builds it, on fake tensors: target, drafter, parallel wrapper, AdamW and its state."
+    "A training run as `Trainer` builds it, on fake tensors: target, drafter, parallel wrapper, optimizer and its state."
     def __init__(self, cfg: TrainConfig, hf_config, machine: Machine, spec: PlanSpec):
         self.cfg, self.spec, self.mode = cfg, spec, FakeTensorMode()
         self.sharded = cfg.parallel == "fsdp" and machine.world > 1
@@ -387,11 +387,10 @@ class FakeRun:
         self.forward = CudaAutocast(self.wrapped) if spec.device == "cuda" and cfg.bf16 else self.wrapped
 
     def _optimizer(self, world: int) -> tuple:
-        "(trainable parameters, AdamW after a step, DDP's gradient buckets or None)."
+        "(trainable parameters, the run's optimizer after a step, DDP's gradient buckets or None)."
         cfg = self.cfg
         params = [p for p in self.model.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay,
-                                foreach=self.spec.device == "cuda")
+        opt = make_optimizer(cfg, self.model, foreach=self.spec.device == "cuda")
         for p in params: p.grad = torch.zeros_like(p)
         opt.step()
         opt.zero_grad(set_to_none=cfg.grad_accum == 1)
@@ -418,11 +417,11 @@ def update(self: FakeRun) -> None:
 # %% ../nbs/05a_plan.ipynb #a9d15b8f
 @patch
 def tracker(self: FakeRun, *external) -> MemTracker:
-    "A tracker already counting this run's weights, gradients, AdamW state, buckets and `external` tensors."
+    "A tracker already counting this run's weights, gradients, optimizer state, buckets and `external` tensors."
     extra = [t for t in (self.buckets, *_tensors(external)) if t is not None]
     if not self.sharded:
         t = PlanTracker()
-        t.track_external(self.model, self.target.model, self.opt, *extra)
+        t.track_external(self.model, self.target.model, *getattr(self.opt, "parts", [self.opt]), *extra)
         return t
     t = PlanFSDPTracker(self.wrapped, self.opt)
     t.track_external(self.target.model, *extra)

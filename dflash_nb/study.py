@@ -15,7 +15,7 @@ from pathlib import Path
 from fastcore.basics import patch
 from matplotlib.figure import Figure
 from .storage import atomic_write
-from .cache import HiddenStateCache
+from .cache import HiddenStateCache, resolve_cache_dir
 from .model import DFlashDraftModel
 from .config import TrainConfig, DRAFTER_KEYS
 from .train import Trainer, read_metrics, RESUME_FREE
@@ -29,9 +29,9 @@ __all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'RETROFIT', 'SELECTOR_COLUM
            'run_config', 'load_study_config', 'StudyInputs', 'load_inputs', 'held_out_indices', 'evaluate_run',
            'budget_curve', 'train_run', 'retrofit_stage', 'retrofit_first_stage', 'config_changes', 'run_one',
            'run_study', 't95', 'Interval', 'mean_ci', 'paired_diff', 'verdict', 'hierarchical_interval', 'by_variant',
-           'summary_rows', 'question_rows', 'trend', 'curve_rows', 'plot_study_tau', 'plot_study_acceptance',
-           'plot_question', 'plot_question_curve', 'plot_questions', 'plot_study_training', 'slot_loss',
-           'plot_slot_dilution', 'write_study_report', 'study_parser', 'study_main']
+           'summary_rows', 'question_rows', 'trend', 'curve_rows', 'plateau_rows', 'plot_study_tau',
+           'plot_study_acceptance', 'plot_question', 'plot_question_curve', 'plot_questions', 'plot_study_training',
+           'slot_loss', 'plot_slot_dilution', 'write_study_report', 'study_parser', 'study_main']
 
 # %% ../nbs/12_recipe_study.ipynb #7d270c01
 LAUNCHERS = ("inline", "torchrun")
@@ -140,7 +140,8 @@ def validate(self: StudyConfig) -> StudyConfig:
         raise ValueError("launcher='torchrun' trains in other processes: set cache (a hidden-state cache directory).")
     for k in ("steps", "nproc"):
         if not isinstance(getattr(self, k), int) or getattr(self, k) < 1: raise ValueError(f"{k} must be >= 1.")
-    if self.cache and self.eval_cache and Path(self.cache).resolve() == Path(self.eval_cache).resolve():
+    same = lambda a, b: resolve_cache_dir(a).resolve() == resolve_cache_dir(b).resolve()   # OUT and OUT/cache
+    if self.cache and self.eval_cache and same(self.cache, self.eval_cache):
         raise ValueError("eval_cache is the training cache: τ would be measured on trained samples; "
                          "extract a held-out cache from other prompts.")
     _check_fields(self.base, "base", STUDY_OWNED)
@@ -421,13 +422,29 @@ def _curve_diffs(runs: dict, ref: str, var: str) -> dict:
     return {st: paired_diff(pick(runs[var], st), pick(runs[ref], st)) for st in steps}
 
 def curve_rows(results: list[dict], comparisons: dict) -> list[dict]:
-    "One row per question: Δ chain τ [95%] at each budget point, and its `trend`; [] for results without curves."
+    "One row per question: Δ chain τ [95%] at the first and last budget point, and its `trend`; [] without curves."
     if not results or not all("curve" in r for r in results): return []
     runs, rows = by_variant(results), []
     for q, (ref, var) in comparisons.items():
         ds = _curve_diffs(runs, ref, var)
-        rows.append({"question": q} | {f"Δτ chain @ step {st}": str(x) for st, x in ds.items()}
-                    | {"as training goes on": trend(*(list(ds.values())[i] for i in (0, -1)))})
+        ends = {st: ds[st] for st in (min(ds), max(ds))}
+        rows.append({"question": q} | {f"Δτ chain @ step {st}": str(x) for st, x in ends.items()}
+                    | {"as training goes on": trend(ends[min(ds)], ends[max(ds)])})
+    return rows
+
+# %% ../nbs/12_recipe_study.ipynb #57652ea2
+def plateau_rows(results: list[dict], last: float = 0.25, tol: float = 0.02) -> list[dict]:
+    "Per variant: mean chain τ at (1 - `last`) of the budget and at its end, the relative gain, plateau if < `tol`."
+    if not results or not all("curve" in r for r in results): return []
+    rows = []
+    for name, per in by_variant(results).items():
+        steps = sorted(set.intersection(*({p["step"] for p in r["curve"]} for r in per.values())))
+        end = steps[-1]
+        mid = min(steps, key=lambda st: abs(st - (1 - last) * end))
+        tau = lambda st: statistics.fmean(next(p["tau"] for p in r["curve"] if p["step"] == st) for r in per.values())
+        gain = tau(end) / tau(mid) - 1
+        rows.append({"variant": name, f"tau chain @ step {mid}": f"{tau(mid):.3f}", f"@ step {end}": f"{tau(end):.3f}",
+                     "gain": f"{gain:+.1%}", f"plateau (< {tol:.0%})": "yes" if gain < tol else "no"})
     return rows
 
 # %% ../nbs/12_recipe_study.ipynb #c3ab501d
@@ -571,7 +588,7 @@ def write_study_report(sc: StudyConfig, results: list[dict]) -> Path:
     "out_dir/report/report.md (the variant and question tables) with a PNG per figure beside it."
     out = Path(sc.out_dir) / "report"
     out.mkdir(parents=True, exist_ok=True)
-    figs, curve = _report_figures(sc, results), curve_rows(results, sc.comparisons)
+    figs, curve, flat = _report_figures(sc, results), curve_rows(results, sc.comparisons), plateau_rows(results)
     for name, fig in figs.items(): atomic_write(out / f"{name}.png", lambda p: fig.savefig(p, format="png", dpi=80))
     text = (f"# Recipe study: {len(sc.variants)} variants × {len(sc.seeds)} seeds, {sc.steps} steps each\n\n"
             f"Baseline: `{sc.baseline}`. τ on held-out data, mean [95% t-interval over seeds]; the difference is "
@@ -580,6 +597,8 @@ def write_study_report(sc: StudyConfig, results: list[dict]) -> Path:
             "Δτ = variant − reference, paired by seed, mean [95% t-interval]; a verdict is 'better' or 'worse' "
             "only when the interval excludes 0.\n\n" + markdown_table(question_rows(results, sc.comparisons)) + "\n\n"
             + (f"## Δτ against training budget\n\n{markdown_table(curve)}\n\n" if curve else "")
+            + (f"## Plateau\n\nHeld-out chain τ, mean over seeds, over the last quarter of training; a variant is at "
+               f"its plateau when it gained < 2% there.\n\n{markdown_table(flat)}\n\n" if flat else "")
             + "".join(f"![{k}]({k}.png)\n" for k in figs))
     atomic_write(out / "results.json", lambda p: p.write_text(json.dumps(results, indent=1)))
     return atomic_write(out / "report.md", lambda p: p.write_text(text))
@@ -592,6 +611,7 @@ def study_parser() -> argparse.ArgumentParser:
                                  "confidence intervals. A rerun resumes.")
     ap.add_argument("--config", required=True, help="study YAML (keys: the fields of StudyConfig)")
     ap.add_argument("--out-dir", help="override out_dir")
+    ap.add_argument("--seeds", type=int, nargs="+", help="train only these of the study's seeds (default: all)")
     return ap
 
 # %% ../nbs/12_recipe_study.ipynb #cbe9e0c5
@@ -601,5 +621,8 @@ def study_main(argv=None) -> None:
     a = study_parser().parse_args(argv)
     with refusals("dflash-study", LaunchFailed):
         sc = load_study_config(a.config, out_dir=a.out_dir)
+        if a.seeds and (bad := sorted(set(a.seeds) - set(sc.seeds))):
+            raise ValueError(f"--seeds {bad}: not seeds of {a.config} ({sc.seeds}); give some of those.")
+        sc = replace(sc, seeds=a.seeds or sc.seeds)
         path = write_study_report(sc, run_study(sc))
     print(f"report: {path}")

@@ -31,9 +31,9 @@ from .distributed import (DIST_TIMEOUT, resolve_device, init_distributed, parall
 from .cli import refusals
 
 # %% auto #0
-__all__ = ['RESUME_FREE', 'Trainer', 'clip_groups', 'train', 'lr_at', 'mask_token_hint', 'drafter_config_for', 'norm_scale',
-           'init_final_norm', 'load_run_inputs', 'checkpoint_to_resume', 'build_drafter', 'read_metrics',
-           'train_parser', 'relaunch_command', 'run_ranks', 'check_fits', 'train_main']
+__all__ = ['RESUME_FREE', 'Trainer', 'clip_groups', 'MuonAdamW', 'make_optimizer', 'train', 'lr_at', 'mask_token_hint',
+           'drafter_config_for', 'norm_scale', 'init_final_norm', 'load_run_inputs', 'checkpoint_to_resume',
+           'build_drafter', 'read_metrics', 'train_parser', 'relaunch_command', 'run_ranks', 'check_fits', 'train_main']
 
 # %% ../nbs/04a_train.ipynb #ba3d2bf3
 class Trainer:
@@ -120,6 +120,62 @@ def clip_groups(model: DFlashDraftModel) -> list[list]:
     return [g for g in groups if g]
 
 
+# %% ../nbs/04a_train.ipynb #88de3641
+class MuonAdamW:
+    "Muon on `model`'s trainable linear weights and AdamW on its other trainable tensors, stepped as one optimizer."
+    def __init__(self, model: nn.Module, lr: float, weight_decay: float, foreach: bool | None = None):
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        linear = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
+        parts = [[p for p in trainable if id(p) in linear], [p for p in trainable if id(p) not in linear]]
+        self.parts = [torch.optim.Muon(parts[0], lr=lr, weight_decay=weight_decay, adjust_lr_fn="match_rms_adamw"),
+                      torch.optim.AdamW(parts[1], lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay, foreach=foreach)]
+        number = {id(p): i for i, p in enumerate(trainable)}
+        self.numbers = [[number[id(p)] for p in ps] for ps in parts]   # each part's tensors, numbered as the drafter's
+
+    @property
+    def param_groups(self) -> list[dict]: return [g for o in self.parts for g in o.param_groups]   # new after a load
+
+    @property
+    def state(self) -> dict: return self.parts[0].state | self.parts[1].state
+
+    def step(self):
+        for o in self.parts: o.step()
+
+    def zero_grad(self, set_to_none: bool = True):
+        for o in self.parts: o.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict:
+        "Both parts' state, numbered in the drafter's order; each group names its optimizer."
+        state, groups = {}, []
+        for o, nums in zip(self.parts, self.numbers):
+            sd = o.state_dict()
+            state |= {nums[i]: s for i, s in sd["state"].items()}
+            groups += [g | {"params": [nums[i] for i in g["params"]], "optimizer": type(o).__name__}
+                       for g in sd["param_groups"]]
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, sd: dict):
+        names = [g.get("optimizer") for g in sd["param_groups"]]
+        if names != [type(o).__name__ for o in self.parts]:
+            raise ValueError(f"The checkpoint's optimizer state is not Muon + AdamW (its groups: {names}); resume it "
+                             "with the optimizer it was trained with.")
+        for o, nums, g in zip(self.parts, self.numbers, sd["param_groups"]):
+            local = {n: i for i, n in enumerate(nums)}
+            o.load_state_dict({"state": {local[n]: s for n, s in sd["state"].items() if n in local},
+                               "param_groups": [{k: v for k, v in g.items() if k != "optimizer"}
+                                                | {"params": [local[n] for n in g["params"]]}]})
+
+# %% ../nbs/04a_train.ipynb #ceac6761
+def make_optimizer(cfg: TrainConfig, model: nn.Module, foreach: bool | None = None):
+    "The optimizer `cfg.optimizer` names, over `model`'s trainable tensors, at `cfg.lr` and `cfg.weight_decay`."
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, betas=(0.9, 0.95),
+                                 weight_decay=cfg.weight_decay, foreach=foreach)
+    if not hasattr(torch.optim, "Muon"):
+        raise ValueError(f"optimizer='muon' needs torch.optim.Muon, which torch {torch.__version__} lacks: "
+                         "install torch >= 2.9 or use optimizer='adamw'.")
+    return MuonAdamW(model, cfg.lr, cfg.weight_decay, foreach)
+
 # %% ../nbs/04a_train.ipynb #0d773eb3
 @patch(cls_method=True)
 def from_config(cls: Trainer, cfg: TrainConfig, target=None, data=None) -> Trainer:
@@ -132,9 +188,7 @@ def from_config(cls: Trainer, cfg: TrainConfig, target=None, data=None) -> Train
     target, data, dc = load_run_inputs(cfg, device, rank, world, target, data)
     model, ck = build_drafter(cfg, dc, target, device, world)
     wrapped = parallelize(model, cfg.parallel, world)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(trainable, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
-    trainer = cls(cfg, target, data, model, opt, wrapped, run_callbacks(cfg, dc))
+    trainer = cls(cfg, target, data, model, make_optimizer(cfg, model), wrapped, run_callbacks(cfg, dc))
     if ck: trainer.resume_from(ck)
     out = check_output_dir(cfg.out_dir, 3 * sum(p.numel() * p.element_size() for p in trainer.params))
     out.mkdir(parents=True, exist_ok=True)
