@@ -6,13 +6,13 @@ Docs: https://dflash-nb.github.io/dflash_nb/cli.html.md"""
 
 # %% ../nbs/00b_cli.ipynb #37d2c9bc
 from __future__ import annotations
-import difflib, io, sys
+import difflib, io, re, sys
 from contextlib import contextmanager, redirect_stderr
 from pathlib import Path
 import yaml
 
 # %% auto #0
-__all__ = ['REFUSED', 'refusals', 'exit_status', 'check_keys', 'read_settings']
+__all__ = ['REFUSED', 'refusals', 'exit_status', 'check_keys', 'SettingsLoader', 'parse_settings', 'read_settings']
 
 # %% ../nbs/00b_cli.ipynb #1804cd59
 REFUSED = (ValueError, OSError, yaml.YAMLError)   # refused inputs: bad settings and values, files, YAML
@@ -44,10 +44,34 @@ def check_keys(d: dict, valid, where: str):
     raise ValueError(f"Unknown key{'s' if len(bad) > 1 else ''} in {where}: {', '.join(hints)}. "
                      f"Valid keys: {sorted(valid)}.")
 
+# %% ../nbs/00b_cli.ipynb #4d2182bb
+class SettingsLoader(yaml.SafeLoader):
+    "PyYAML's safe loader with YAML 1.2 floats (`1e-3`) and duplicate keys refused."
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for k, _ in node.value:
+            key = self.construct_object(k, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} appears twice (lines {seen[key]} and "
+                                                        f"{k.start_mark.line + 1}): keep one", k.start_mark)
+            seen[key] = k.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+SettingsLoader.add_implicit_resolver("tag:yaml.org,2002:float",
+                                     re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"), list("-+0123456789."))
+
+def parse_settings(text: str, path) -> object:
+    "The YAML `text` of file `path`, read by `SettingsLoader`; a YAML error becomes one line naming the file and line."
+    try: return yaml.load(text, Loader=SettingsLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}, line {mark.line + 1}" if mark else str(path)
+        raise ValueError(f"{where}: {getattr(e, 'problem', None) or e}; fix the YAML.") from None
+
 # %% ../nbs/00b_cli.ipynb #82c401ce
 def read_settings(path, valid, what: str, **overrides) -> dict:
     "The YAML mapping of `what` keys in file `path`, `overrides` (None: not given) applied, keys checked against `valid`."
-    raw = yaml.safe_load(Path(path).read_text()) or {}
+    raw = parse_settings(Path(path).read_text(), path) or {}
     if not isinstance(raw, dict): raise ValueError(f"{path} must hold a mapping of {what} keys, not {type(raw).__name__}.")
     raw |= {k: v for k, v in overrides.items() if v is not None}
     check_keys(raw, valid, str(path))

@@ -18,10 +18,10 @@ from .cli import check_keys, read_settings
 __all__ = ['TAP_CONVENTION', 'TAP_CONVENTIONS', 'FUSIONS', 'LAYER_TYPES', 'DEFAULT_ROPE_THETA', 'POSITIVE_DIMS', 'ROPE_TYPES',
            'ATTENTION_MODES', 'HONOURED', 'DFLASH_HONOURED', 'CHECKED', 'DFLASH_CHECKED', 'DFLASH2_KEYS',
            'DFLASH2_HONOURED', 'DFLASH2_CHECKED', 'IGNORED', 'REFUSED', 'DFLASH_REFUSED', 'LOSSES', 'SOURCES',
-           'SCHEDULES', 'PARALLELS', 'INIT_NORMS', 'POSITION_WEIGHTS', 'OPTIMIZERS', 'FIELD_TYPES', 'DRAFTER_KEYS',
-           'hidden_state_index', 'default_target_layer_ids', 'fc_tap_ids', 'DFlashConfig', 'LayerAttention',
-           'is_dflash2_config', 'check_hub_fields', 'read_hub_config', 'hub_field_table', 'TrainConfig',
-           'check_repro_noise', 'load_train_config']
+           'SCHEDULES', 'PARALLELS', 'INIT_NORMS', 'POSITION_WEIGHTS', 'OPTIMIZERS', 'FIELD_TYPES', 'TRAIN_RANGES',
+           'DRAFTER_KEYS', 'hidden_state_index', 'default_target_layer_ids', 'fc_tap_ids', 'DFlashConfig',
+           'LayerAttention', 'is_dflash2_config', 'check_hub_fields', 'read_hub_config', 'hub_field_table',
+           'TrainConfig', 'check_repro_noise', 'Range', 'range_table', 'load_train_config']
 
 # %% ../nbs/00_config.ipynb #10ad5f17
 TAP_CONVENTION = "layer_output"  # tap id k = output of decoder layer k = HF hidden_states[k+1]
@@ -518,9 +518,48 @@ def check_repro_noise(cfg: TrainConfig) -> None:
         raise ValueError(why + f"target states: target_source resolves to {cfg.source!r}; "
                          "set 'final' or 'deepest_tap'.")
 
+# %% ../nbs/00_config.ipynb #3569d038
+@dataclass(frozen=True)
+class Range:
+    "A setting's valid interval: `lo`..`hi` (None: unbounded), each end closed unless marked open; `note` says why."
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    note: str = ""
+
+    def __contains__(self, x) -> bool:
+        lo_ok = self.lo is None or (x > self.lo if self.lo_open else x >= self.lo)
+        return lo_ok and (self.hi is None or (x < self.hi if self.hi_open else x <= self.hi))
+
+    def __str__(self) -> str:
+        if self.hi is None: return f"{'>' if self.lo_open else '>='} {self.lo}"
+        return f"in {'(' if self.lo_open else '['}{self.lo}, {self.hi}{')' if self.hi_open else ']'}"
+
+    def check(self, name: str, value) -> None:
+        "A ValueError naming `name`, `value`, the interval and the note, unless `value` lies inside."
+        if value not in self: raise ValueError(f"{name}={value} must be {self}" + (f" ({self.note})." if self.note else "."))
+
 # %% ../nbs/00_config.ipynb #60f721b0
 FIELD_TYPES = {"int": (int, "an integer"), "float": ((int, float), "a finite number"), "str": (str, "a string"),
          "bool": (bool, "true or false"), "dict": (dict, "a mapping")}
+
+TRAIN_RANGES = {
+    "num_anchors": Range(1, note="blocks sampled per sequence"), "batch_size": Range(1, note="sequences per micro-batch"),
+    "grad_accum": Range(1, note="micro-batches per step"), "epochs": Range(1, note="passes over the data"),
+    "steps": Range(0, note="0: as many as epochs give"), "max_new_tokens": Range(1, note="online response length"),
+    "log_every": Range(1, note="steps between records"), "save_every": Range(1, note="steps between checkpoints"),
+    "lr": Range(0, 1, lo_open=True, note="the peak learning rate; 6e-4 is the default"),
+    "warmup": Range(0, 1, hi_open=True, note="a fraction of the steps, e.g. 0.04"),
+    "weight_decay": Range(0, 1, note="decoupled weight decay; 0 is the default"),
+    "grad_clip": Range(0, lo_open=True, note="the max gradient norm per group; 1.0 is the default"),
+    "max_len": Range(0, note="tokens per sample, 0: no truncation"),
+    "bucket_batches": Range(1, note="batches per length-sorted bucket"),
+    "noise_std": Range(0, 10, note="fc-input noise relative to each tap's RMS; 0: off"),
+    "streak": Range(0, note="0: off"), "gamma": Range(0, lo_open=True, note="7 is the paper's value for block 16"),
+    "dpace_alpha": Range(0, 1, note="0.5 is D-PACE's"), "loss_chunk": Range(0, note="anchors per chunk of the loss; 0: all at once"),
+    "seed": Range(0, note="any non-negative integer"), "slot_grads_every": Range(0, note="0: off"),
+    "selector_weight": Range(0, note="0: off"), "selector_warmup": Range(0, 1, note="a fraction of the steps")}
 
 def _check_kind(name, value, kind: str):
     "A ValueError unless `value` is of the field's annotated `kind` (a YAML typo like `lr: 1e-3x` lands here)."
@@ -539,21 +578,12 @@ def _validate_run(self: TrainConfig) -> TrainConfig:
                           ("position_weight", POSITION_WEIGHTS), ("optimizer", OPTIMIZERS)]:
         _choice(name, getattr(self, name), options)
     if self.cache and self.prompts: raise ValueError("Give either cache (offline) or prompts (online mode), not both.")
-    for k in ("num_anchors", "batch_size", "grad_accum", "epochs", "log_every", "save_every"):
-        if getattr(self, k) < 1: raise ValueError(f"{k}={getattr(self, k)} must be >= 1.")
-    if self.gamma <= 0: raise ValueError(f"gamma={self.gamma} must be > 0 (7 is the paper's value for block 16).")
+    for k, r in TRAIN_RANGES.items(): r.check(k, getattr(self, k))
     if self.position_weight == "dpace" and (self.loss != "ce" or self.streak):
         raise ValueError("position_weight='dpace' weights slots by the drafter's own CE: use loss='ce' and streak=0.")
-    if not 0 <= self.dpace_alpha <= 1: raise ValueError(f"dpace_alpha={self.dpace_alpha} must be in 0..1 (0.5 is D-PACE's).")
     if self.loss == "kl" and self.source == "tokens":
         raise ValueError("loss='kl' needs target logits: set target_source='final' (a cache with final states) "
                          "or 'deepest_tap'.")
-    if self.slot_grads_every < 0: raise ValueError(f"slot_grads_every={self.slot_grads_every} must be >= 0 (0 = off).")
-    if self.selector_weight < 0: raise ValueError(f"selector_weight={self.selector_weight} must be >= 0 (0: off).")
-    if not 0 <= self.selector_warmup <= 1:
-        raise ValueError(f"selector_warmup={self.selector_warmup} must be a fraction of the steps, 0..1.")
-    if self.loss_chunk < 0:
-        raise ValueError(f"loss_chunk={self.loss_chunk} must be >= 0 (anchors per chunk of the loss; 0 = all at once).")
     if self.optimizer == "muon" and self.parallel == "fsdp":
         raise ValueError("optimizer='muon' orthogonalises whole weight matrices; FSDP shards them: use parallel='ddp'.")
     if self.init_from and self.init_norm != "default":
@@ -567,6 +597,13 @@ def source(self: TrainConfig) -> str:
     "The resolved target source."
     if self.target_source != "auto": return self.target_source
     return "deepest_tap" if self.drafter.get("fusion") == "split" else "tokens"
+
+# %% ../nbs/00_config.ipynb #272e4fdd
+def range_table() -> str:
+    "A markdown table of every range-checked `TrainConfig` field: default, valid interval, meaning."
+    defaults = {f.name: f.default for f in fields(TrainConfig)}
+    rows = [f"| `{k}` | {defaults[k]} | {r} | {r.note} |" for k, r in TRAIN_RANGES.items()]
+    return "\n".join(["| field | default | valid | meaning |", "|---|---|---|---|", *rows])
 
 # %% ../nbs/00_config.ipynb #0be221f8
 DRAFTER_KEYS = {f.name for f in fields(DFlashConfig)} - {"hidden_size", "vocab_size", "num_target_layers"}

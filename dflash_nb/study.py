@@ -593,9 +593,10 @@ def write_study_report(sc: StudyConfig, results: list[dict]) -> Path:
     text = (f"# Recipe study: {len(sc.variants)} variants × {len(sc.seeds)} seeds, {sc.steps} steps each\n\n"
             f"Baseline: `{sc.baseline}`. τ on held-out data, mean [95% t-interval over seeds]; the difference is "
             "paired by seed (chain τ). DDTree-(B-1) verifies as many tokens as a chain round.\n\n"
-            + markdown_table(summary_rows(results, sc.baseline)) + "\n\n## Questions\n\n"
-            "Δτ = variant − reference, paired by seed, mean [95% t-interval]; a verdict is 'better' or 'worse' "
-            "only when the interval excludes 0.\n\n" + markdown_table(question_rows(results, sc.comparisons)) + "\n\n"
+            + markdown_table(summary_rows(results, sc.baseline)) + "\n\n"
+            + ("## Questions\n\nΔτ = variant − reference, paired by seed, mean [95% t-interval]; a verdict is 'better' "
+               "or 'worse' only when the interval excludes 0.\n\n"
+               + markdown_table(question_rows(results, sc.comparisons)) + "\n\n" if sc.comparisons else "")
             + (f"## Δτ against training budget\n\n{markdown_table(curve)}\n\n" if curve else "")
             + (f"## Plateau\n\nHeld-out chain τ, mean over seeds, over the last quarter of training; a variant is at "
                f"its plateau when it gained < 2% there.\n\n{markdown_table(flat)}\n\n" if flat else "")
