@@ -362,7 +362,7 @@ def by_variant(results: list[dict]) -> dict:
 SELECTOR_COLUMNS = {"tau_selector_off": "tau chain, selector off", "tau_lattice_equal_cost": "tau lattice-(B-1)"}
 
 def summary_rows(results: list[dict], baseline: str) -> list[dict]:
-    "Report rows: variant, seeds, chain τ and DDTree-(B-1) τ [95% CI], paired chain-τ difference vs `baseline`."
+    "Report rows: variant, seeds, chain τ and DDTree-(B-1) τ [95% CI], paired chain-τ difference vs `baseline` + verdict."
     runs = by_variant(results)
     if baseline not in runs: raise ValueError(f"No finished run of the baseline {baseline!r}: run the study first.")
     tau = {n: {s: r["tau"] for s, r in per.items()} for n, per in runs.items()}
@@ -371,7 +371,7 @@ def summary_rows(results: list[dict], baseline: str) -> list[dict]:
         d = paired_diff(tau[n], tau[baseline]) if n != baseline else None
         rows.append({"variant": n, "seeds": len(per), "tau chain": str(mean_ci(tau[n].values())),
                      "tau DDTree-(B-1)": str(mean_ci(r["tau_equal_cost"] for r in per.values())),
-                     "diff vs baseline": str(d) if d else "(baseline)", "verdict": verdict(d) if d else ""})
+                     "Δτ chain vs baseline": f"{d} {verdict(d)}" if d else "(baseline)"})
     for key, col in SELECTOR_COLUMNS.items():      # DFlash 2 studies: "-" where a variant has no selector
         if any(key in r for r in results):
             for row, per in zip(rows, runs.values()):
