@@ -6,10 +6,11 @@ Docs: https://dflash-nb.github.io/dflash_nb/demo.html.md"""
 
 # %% ../nbs/10_demo.ipynb #e4890f2e
 from __future__ import annotations
-import argparse, json, time
+import argparse, json, os, time
 import torch
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
+from statistics import median
 from tqdm.auto import tqdm
 from .config import default_target_layer_ids
 from .model import DFlashDraftModel, upgrade_to_dflash2
@@ -18,16 +19,18 @@ from .cache import HiddenStateCache, CacheLayout, select_taps
 from .extract import cached_responses, extract_to_cache
 from .config import TrainConfig
 from .train import train, read_metrics
+from .checkpoint import latest_checkpoint, read_training_state
 from .objective import target_logits
 from .evaluate import offline_tau, comparison_rows, markdown_table, OfflineResult, plot_acceptance, selector_slots
-from .evaluate import with_selector_off
+from .evaluate import with_selector_off, table_parts
 from .cli import refusals
 
 # %% auto #0
-__all__ = ['STUDY_QUESTIONS', 'DemoConfig', 'quick_demo_config', 'eval_budgets', 'stage_cache', 'stage_train', 'stage_upgrade',
-           'stage_offline', 'label_agreement', 'stage_labels', 'plot_training', 'diagnostics_figures', 'stage_online',
-           'stage_ablation', 'stage_selector', 'DemoResults', 'study_answer', 'write_report', 'run_demo', 'demo_parser',
-           'demo_main']
+__all__ = ['TOKENS', 'LABEL_WORDS', 'SPEED_RANGE', 'STUDY_QUESTIONS', 'DemoConfig', 'quick_demo_config', 'eval_budgets',
+           'stage_cache', 'stage_train', 'stage_upgrade', 'stage_offline', 'stage_checkpoint_tau', 'label_agreement',
+           'stage_labels', 'training_labels', 'plot_training', 'diagnostics_figures', 'speed_summary', 'machine_state',
+           'stage_online', 'stage_ablation', 'stage_selector', 'DemoResults', 'headline_rows', 'study_answer',
+           'write_report', 'run_demo', 'demo_parser', 'demo_main']
 
 # %% ../nbs/10_demo.ipynb #05a2e240
 @dataclass
@@ -44,6 +47,8 @@ class DemoConfig:
     lr: float = 1e-3
     budgets: tuple = (8, 16, 32)
     n_online_prompts: int | None = None   # online decoding of the first n eval prompts (None: all of them)
+    speed_repeats: int = 3            # speedup: the median of this many timed runs ...
+    speed_prompts: int = 2            # ... each over the first this many online prompts
     seed: int = 0
     progress: bool = True             # progress bars for extraction, training and evaluation
     dflash2: dict = field(default_factory=lambda: dict(conv_kernel_size=2, conv_group_size=16, selector_rank=32,
@@ -51,7 +56,7 @@ class DemoConfig:
 
 # %% ../nbs/10_demo.ipynb #b2e0d001
 def quick_demo_config() -> DemoConfig:
-    "The ~3-minute variant: fewer prompts, shorter responses, fewer steps."
+    "The ~4-minute variant: fewer prompts, shorter responses, fewer steps."
     return DemoConfig(n_train_prompts=48, n_eval_prompts=6, max_new_tokens=64, steps=60, num_anchors=32, budgets=(8,))
 
 # %% ../nbs/10_demo.ipynb #d0e1b002
@@ -108,6 +113,21 @@ def stage_offline(target, ckpts: dict, cache: HiddenStateCache, path: Path, cfg:
     _write_text(path, json.dumps([asdict(r) for r in res], indent=1))
     return res
 
+# %% ../nbs/10_demo.ipynb #258844de
+def stage_checkpoint_tau(target, runs: dict, cache: HiddenStateCache, path: Path) -> dict:
+    "{run: {step: offline chain τ}} of every checkpoint of runs {name: run dir} over `cache` (JSON at `path`, reused)."
+    old = json.loads(path.read_text()) if path.exists() else {}
+    out = {}
+    for name, run in runs.items():
+        got = dict(old.get(name, {}))
+        for ck in sorted((Path(run) / "checkpoints").glob("step-*")):
+            if (step := str(int(ck.name.removeprefix("step-")))) not in got:
+                m = DFlashDraftModel.from_pretrained(ck, target_model=target.model).eval()
+                got[step] = offline_tau(m, cache, budgets=(), name=name).tau
+        out[name] = dict(sorted(got.items(), key=lambda kv: int(kv[0])))
+    if out != old: _write_text(path, json.dumps(out, indent=1))
+    return out
+
 # %% ../nbs/10_demo.ipynb #d0e1b005
 def label_agreement(target, cache: HiddenStateCache, tap: int, indices=None) -> dict:
     "How often split's label at p (the target head on tap `tap` at p-1, as training makes it) is the token at p."
@@ -126,20 +146,39 @@ def stage_labels(target, cache: HiddenStateCache, tap: int, path: Path) -> dict:
     "`label_agreement` of the deepest tap over the training cache (JSON at `path`)."
     return _json_stage(path, lambda: label_agreement(target, cache, tap))
 
+# %% ../nbs/10_demo.ipynb #2a72273c
+def training_labels(run_dir, labels: dict | None = None) -> str:
+    "What run `run_dir`'s training τ̂ is measured against, in words (with split's `label_agreement` if given)."
+    cfg = read_training_state(latest_checkpoint(run_dir))["config"]
+    source = TrainConfig(target_source=cfg["target_source"], drafter=cfg["drafter"]).source
+    agree = f" ({labels['agree']:.0%} are {TOKENS})" if labels and source == "deepest_tap" else ""
+    return LABEL_WORDS[source] + agree
+
 # %% ../nbs/10_demo.ipynb #5dd9d38b
-def plot_training(runs: dict):
-    "Loss and τ̂ vs step of several runs {name: metrics records} on two axes; returns the figure."
+TOKENS = "the target's tokens"
+LABEL_WORDS = {"tokens": TOKENS, "final": "the target's final-layer argmax", "deepest_tap": "its deepest-tap labels"}
+
+def plot_training(runs: dict, against: dict | None = None, offline: dict | None = None):
+    "Loss and τ̂ vs step of runs {name: metrics}, τ̂ labelled by what it is measured `against`; `offline` τ as ◆."
     from matplotlib.figure import Figure
-    fig = Figure(figsize=(10, 3.2), layout="constrained")
-    a1, a2 = fig.subplots(1, 2)
+    against, offline = against or {}, offline or {}
+    fig = Figure(figsize=(11, 3.8), layout="constrained")
+    a1, a2 = fig.subplots(1, 2, width_ratios=[2, 3])
     for name, recs in runs.items():
         steps = [r["step"] for r in recs]
-        a1.plot(steps, [r["loss"] for r in recs], label=name)
-        a2.plot(steps, [r["tau_est"] for r in recs], label=name)
-    a1.set(xlabel="step", ylabel="loss", title="training loss")
-    a2.set(xlabel="step", ylabel="τ̂ (1 + Σ cumulative acc)", title="estimated τ")
-    a1.legend()
-    a2.legend()
+        line, = a1.plot(steps, [r["loss"] for r in recs], label=name)
+        a2.plot(steps, [r["tau_est"] for r in recs], color=line.get_color(),
+                label=f"{name}: τ̂ vs {against.get(name, 'its training labels')}")
+        if offline.get(name):
+            a2.plot([int(s) for s in offline[name]], list(offline[name].values()), "D:", ms=5,
+                    color=line.get_color(), label=f"{name}: checkpoints' offline τ vs {TOKENS}")
+    others = ", ".join(n for n in runs if against.get(n) != TOKENS)
+    note = f"\n{others}: τ̂ against its own labels (training records no other); ◆ against {TOKENS}" if others else ""
+    a1.set(xlabel="step", ylabel="loss", title="training loss (each run against its own labels)")
+    a2.set(xlabel="step", ylabel="τ (1 + Σ cumulative acc)")
+    a2.set_title("τ̂ on training batches; ◆ offline τ of saved checkpoints, eval prompts" + note, fontsize=9)
+    a1.legend(fontsize=8)
+    a2.legend(fontsize=7)
     return fig
 
 # %% ../nbs/10_demo.ipynb #4084c725
@@ -150,19 +189,17 @@ def _save(fig, path: Path) -> str:
     return path.name
 
 # %% ../nbs/10_demo.ipynb #4447f3d5
-def diagnostics_figures(target, models: dict, cache: HiddenStateCache, runs: dict, out: Path,
-                        n_samples: int = 4) -> dict:
-    "Write the report's diagnostics PNGs; returns {figure name: file name}."
+def diagnostics_figures(target, models: dict, cache: HiddenStateCache, out: Path, n_samples: int = 4) -> dict:
+    "Write the report's diagnostics PNGs (norms, tap contributions); returns {figure name: file name}."
     from matplotlib.figure import Figure
     from dflash_nb.diagnostics import layer_rms_live, layer_rms_cache, plot_layer_norms, fc_report, plot_fc_report
     idx = range(min(n_samples, len(cache)))
     taps = next(iter(models.values())).config.target_layer_ids
     norms = {"live target (fp32)": layer_rms_live(target, [cache[i]["input_ids"] for i in idx]),
              "cache": layer_rms_cache(cache, idx)}
-    files = {"training": _save(plot_training(runs), out / "training.png")}
     fig = Figure(figsize=(7, 3.2), layout="constrained")
     plot_layer_norms(norms, taps, ax=fig.subplots())
-    files["norms"] = _save(fig, out / "norms.png")
+    files = {"norms": _save(fig, out / "norms.png")}
     fig = Figure(figsize=(4 * len(models), 3), layout="constrained")
     for ax, (name, m) in zip(fig.subplots(1, len(models)), models.items()):
         plot_fc_report(fc_report(m, cache, idx), ax=ax, title=name)
@@ -177,6 +214,24 @@ def _acceptance_figure(offline: list):
     plot_acceptance(offline, ax=fig.subplots())
     return fig
 
+# %% ../nbs/10_demo.ipynb #1070334f
+SPEED_RANGE = 0.2      # repeats whose range exceeds this share of their median are too noisy to report
+
+def speed_summary(figs: list[dict]) -> dict:
+    "Median speedup of timed repeats `figs` (`decode_comparison`'s), its range, its ideal τ·t₁/t_verify, and noise."
+    s, tau = [f["speedup"] for f in figs], figs[0]["tau"]
+    mid = median(s)
+    ideal = tau * median(f["target_s_per_token"] for f in figs) / median(f["verify_s_per_round"] for f in figs)
+    noise = [why for why, bad in (("above its ideal", mid > ideal), ("above τ", mid > tau),
+                                  (f"range over {SPEED_RANGE:.0%} of the median", max(s) - min(s) > SPEED_RANGE * mid))
+             if bad]
+    return {"speedup": mid, "low": min(s), "high": max(s), "ideal": ideal, "repeats": len(s), "noise": "; ".join(noise)}
+
+# %% ../nbs/10_demo.ipynb #f3206b20
+def machine_state() -> dict:
+    "What a timing depends on besides the code: torch's threads, the CPUs, the 1-minute load average now."
+    return {"torch threads": torch.get_num_threads(), "cpus": os.cpu_count(), "load": os.getloadavg()[0]}
+
 # %% ../nbs/10_demo.ipynb #ddc7c41b
 def _json_stage(path: Path, compute):
     "The JSON at `path` if a previous run wrote it, else `compute()` written there."
@@ -187,18 +242,33 @@ def _json_stage(path: Path, compute):
     return res
 
 # %% ../nbs/10_demo.ipynb #3dd468f6
+def _online_done(old: dict, eq: int, repeats: int) -> bool:
+    "Whether a stored online.json holds DDTree-`eq` figures timed `repeats` times for every drafter."
+    runs = old.get("drafters", {}).values()
+    return bool(runs) and all(o.get("ddtree", {}).get("budget") == eq and
+                              o["ddtree"].get("speed", {}).get("repeats") == repeats for o in runs)
+
+def _with_speed(full: dict, timed: list) -> dict:
+    "Figures `full` of all online prompts, with `speed_summary` of the timed repeats and lossless over all of them."
+    return full | {"lossless": full["lossless"] and all(f["lossless"] for f in timed), "speed": speed_summary(timed)}
+
 def stage_online(target, ckpts: dict, samples: list[dict], path: Path, cfg: DemoConfig) -> dict:
-    "Online chain and DDTree-(B-1) decoding of the eval prompts per drafter: τ, speedup, lossless (JSON at `path`)."
+    "Online chain and DDTree-(B-1) decoding per drafter: τ, lossless, speed over timed repeats (JSON at `path`)."
     from dflash_nb.decode import decode_comparison
     from dflash_nb.extract import eos_token_ids
     prompts, eq = [s["input_ids"][s["loss_mask"] == 0].tolist() for s in samples], cfg.drafter.get("block_size", 16) - 1
     old = json.loads(path.read_text()) if path.exists() else {}
-    if old and all(o.get("ddtree", {}).get("budget") == eq for o in old.values()): return old
+    if _online_done(old, eq, cfg.speed_repeats): return old
     drafters = {n: DFlashDraftModel.from_pretrained(c, target_model=target.model).eval() for n, c in ckpts.items()}
-    figs = decode_comparison(target, drafters, prompts, cfg.max_new_tokens, eos_token_ids(target), (None, eq))
-    res = {n: figs[n, None] | {"ddtree": figs[n, eq] | {"budget": eq}} for n in drafters}
-    _write_text(path, json.dumps(res, indent=1))
-    return res
+    run = lambda ps: decode_comparison(target, drafters, ps, cfg.max_new_tokens, eos_token_ids(target), (None, eq))
+    full, before = run(prompts), machine_state()
+    timed = [run(prompts[:cfg.speed_prompts]) for _ in range(cfg.speed_repeats)]
+    res = {n: _with_speed(full[n, None], [t[n, None] for t in timed]) |
+              {"ddtree": _with_speed(full[n, eq], [t[n, eq] for t in timed]) | {"budget": eq}} for n in drafters}
+    out = {"drafters": res, "machine": {"before": before, "after": machine_state(),
+                                        "prompts": len(prompts[:cfg.speed_prompts])}}
+    _write_text(path, json.dumps(out, indent=1))
+    return out
 
 # %% ../nbs/10_demo.ipynb #b2e0d003
 def stage_ablation(model, cache: HiddenStateCache, path: Path) -> dict:
@@ -227,27 +297,72 @@ class DemoResults:
     same: list = field(default_factory=list)   # `OfflineResult` per drafter on the prompts the online stage decoded
     labels: dict | None = None                 # `label_agreement` of split's default (deepest-tap) labels
     selector: dict | None = None               # `selector_slots` of the DFlash 2 drafter
+    machine: dict | None = None                # `machine_state` before and after the speed was timed
 
 # %% ../nbs/10_demo.ipynb #b2e0d004
-def _report_rows(res: DemoResults, block_size: int) -> list[dict]:
-    "The side-by-side table: chain τ and equal-cost DDTree-(B-1), online τ next to offline τ on the same prompts."
-    nan, eq, same = float("nan"), block_size - 1, {r.name: r for r in res.same}
-    rows = []
-    for r, c in zip(res.offline, comparison_rows(res.offline, positions=(1, 2, 4, 8, 15))):
-        o = res.online.get(r.name, {})
-        row = {k: c[k] for k in ("drafter", "kind", "fusion", "fc taps", "params (M)") if k in c}
-        row |= {"tau chain (all prompts)": round(r.tau, 3),
-                f"tau DDTree-{eq} (equal cost)": round(r.tau_tree.get(eq, nan), 3),
-                "tau offline (online prompts)": round(getattr(same.get(r.name), "tau", nan), 3),
-                "tau online": round(o.get("tau", nan), 3), "speedup": round(o.get("speedup", nan), 2),
-                f"tau offline DDTree-{eq} (online prompts)":
-                    round(getattr(same.get(r.name), "tau_tree", {}).get(eq, nan), 3),
-                f"tau online DDTree-{eq}": round(o.get("ddtree", {}).get("tau", nan), 3),
-                f"speedup DDTree-{eq}": round(o.get("ddtree", {}).get("speedup", nan), 2),
-                "lossless": o.get("lossless") and o.get("ddtree", {}).get("lossless")}
-        row |= {f"tau DDTree-{b} (verifies {b + 1})": round(t, 3) for b, t in r.tau_tree.items() if b != eq}
-        rows.append(row | {k: v for k, v in c.items() if k.startswith("acc@")})
+def _online_cell(o: dict) -> str:
+    "Online chain τ and whether every output (chain and DDTree) equalled the target's, as a table cell."
+    if not o: return "—"
+    return f"{o['tau']:.3f} {'lossless' if o['lossless'] and o['ddtree']['lossless'] else 'NOT LOSSLESS'}"
+
+def _speed_cell(s: dict | None) -> str:
+    "A measured speedup with its ideal as a table cell; noise is named, not printed as a result."
+    if not s: return "—"
+    return "noise, see Speed" if s["noise"] else f"{s['speedup']:.2f}× (ideal {s['ideal']:.2f}×)"
+
+def headline_rows(res: DemoResults, block_size: int) -> list[dict]:
+    "The report's headline per drafter: fc taps, chain and DDTree-(B-1) τ, online τ (lossless), speedup (ideal)."
+    eq, nan = block_size - 1, float("nan")
+    return [{"drafter": r.name, "fc taps": r.fc_layer_ids, "chain τ": f"{r.tau:.3f}",
+             f"DDTree-{eq} τ": f"{r.tau_tree.get(eq, nan):.3f}", "online τ": _online_cell(res.online.get(r.name, {})),
+             "speedup (ideal)": _speed_cell(res.online.get(r.name, {}).get("speed"))} for r in res.offline]
+
+# %% ../nbs/10_demo.ipynb #54f3c6fe
+def _same_prompt_rows(res: DemoResults, eq: int) -> list[dict]:
+    "Offline τ next to online τ on the prompts the online stage decoded, chain and DDTree-`eq` ('—': not decoded)."
+    same, rows = {r.name: r for r in res.same}, []
+    tau = lambda x: "—" if x is None else round(x, 3)
+    for r in res.offline:
+        o, s = res.online.get(r.name), same.get(r.name)
+        rows.append({"drafter": r.name, "offline chain τ": tau(s and s.tau), "online chain τ": tau(o and o["tau"]),
+                     f"offline DDTree-{eq} τ": tau(s and s.tau_tree.get(eq)),
+                     f"online DDTree-{eq} τ": tau(o and o["ddtree"]["tau"]),
+                     "lossless": "—" if o is None else o["lossless"] and o["ddtree"]["lossless"]})
     return rows
+
+def _speed_rows(res: DemoResults, eq: int) -> list[dict]:
+    "One row per drafter and decoding: median speedup, range over the repeats, ideal, verdict."
+    rows = []
+    for name, o in res.online.items():
+        for mode, s in (("chain", o.get("speed")), (f"DDTree-{eq}", o.get("ddtree", {}).get("speed"))):
+            if s: rows.append({"drafter": name, "decoding": mode, "speedup (median)": f"{s['speedup']:.2f}×",
+                               f"range ({s['repeats']} runs)": f"{s['low']:.2f}–{s['high']:.2f}×",
+                               "ideal": f"{s['ideal']:.2f}×", "verdict": f"noise: {s['noise']}" if s["noise"]
+                               else "result"})
+    return rows
+
+def _more_rows(res: DemoResults, eq: int) -> list[dict]:
+    "Kind, fusion, size and the DDTree budgets other than `eq`, labelled with what they verify."
+    return [{k: c[k] for k in ("drafter", "kind", "fusion", "params (M)") if k in c} |
+            {f"DDTree-{b} τ (verifies {b + 1})": round(t, 3) for b, t in r.tau_tree.items() if b != eq}
+            for r, c in zip(res.offline, comparison_rows(res.offline, positions=()))]
+
+# %% ../nbs/10_demo.ipynb #1646e9d0
+def _speed_text(res: DemoResults, cfg: DemoConfig) -> str:
+    "How the speed was timed, on what machine, and when a timing is noise."
+    m = res.machine or {}
+    b, a = m.get("before", {}), m.get("after", {})
+    busy = (" More runnable work than CPUs: other work shared the machine while it was timed."
+            if max(b.get("load", 0), a.get("load", 0)) > b.get("cpus", 1) else "")
+    return (f"Each speedup is the median of {cfg.speed_repeats} timed runs over the first {m.get('prompts', '?')} "
+            "online prompts (the target alone, then every drafter, prompt by prompt), with the lowest and highest; "
+            "its ideal is τ·t₁/t_verify, the speedup if drafting and rollback cost nothing (t₁: the target's seconds "
+            "per token, t_verify: its verify pass per round; medians). Timed with "
+            f"{b.get('torch threads', '?')} torch thread(s) on {b.get('cpus', '?')} CPUs; 1-minute load average "
+            f"{b.get('load', float('nan')):.2f} before and {a.get('load', float('nan')):.2f} after.{busy} A median "
+            f"above its ideal or above τ (no round verifies B tokens faster than the target decodes one), or a range "
+            f"wider than {SPEED_RANGE:.0%} of the median, is measurement noise, not a result: the headline says "
+            "\"noise\" there.")
 
 # %% ../nbs/10_demo.ipynb #b6d55e56
 def _ablation_text(ablation: dict) -> str:
@@ -319,23 +434,30 @@ def _online_prompts_text(cfg: DemoConfig) -> str:
 def write_report(out: Path, cfg: DemoConfig, res: DemoResults) -> Path:
     "Write `out/report.md` from the stage results."
     B = cfg.drafter.get("block_size", 16)
+    tables = lambda rows: "\n\n".join(markdown_table(p) for p in table_parts(rows, []))
     lines = ["# dflash_nb demo report", "",
              f"Toy target, {cfg.n_train_prompts} training and {cfg.n_eval_prompts} eval prompts, "
              f"{cfg.steps} steps per drafter (same data, seed and budget; the fusion layout and split's label source "
              "differ, see below).", "",
-             "## Drafters side by side", "", markdown_table(_report_rows(res, B)), "",
-             f"τ counts the bonus token (range 1..B). A chain round verifies B = {B} tokens and a DDTree-b round "
-             f"b + 1, "
-             f"so DDTree-{B - 1} is the DDTree at the chain's verification cost; other budgets are labelled with what "
-             "they verify. Offline τ replays greedy decoding from the cache: over all "
-             f"{cfg.n_eval_prompts} eval prompts, and over {_online_prompts_text(cfg)}, the prompts online decoding "
-             "runs for real, chain and DDTree-(B-1) (compare each online column with the offline one next to it); "
-             "`lossless` says every online output, chain and DDTree, equalled the target's own greedy decoding.", "",
+             "## Drafters side by side", "", markdown_table(headline_rows(res, B)), "",
+             f"τ counts the bonus token (range 1..B): chain τ and DDTree-{B - 1} τ (the tree that verifies B = {B} "
+             f"tokens, a chain round's cost) replay greedy decoding offline over all {cfg.n_eval_prompts} eval "
+             f"prompts; online τ is chain decoding against the live target over {_online_prompts_text(cfg)}, "
+             "`lossless` when every output, chain and DDTree, equalled the target's own greedy decoding; the speedup "
+             "is measured (median over repeats) next to its ideal, and says `noise` where the timing is not a "
+             "result (see Speed). Per-slot acceptance is the acceptance plot below.", "",
+             "## Offline and online τ on the same prompts", "", tables(_same_prompt_rows(res, B - 1)), "",
+             f"Offline τ over {_online_prompts_text(cfg)} eval prompts, the ones online decoding runs for real: each "
+             "online τ should equal the offline τ next to it.", "",
+             "## Speed", "", tables(_speed_rows(res, B - 1)) if res.online else "No online decoding.", "",
+             _speed_text(res, cfg), "",
+             "## More numbers", "", tables(_more_rows(res, B - 1)), "",
              "## How much of τ the deepest tap carries", "", _ablation_text(res.ablation), "",
              "## Fused vs split: what the gap does and does not show", "", _split_text(res.labels), "",
              *_dflash2_text(res, cfg)]
     lines += [f"![{k}]({v})" for k, v in res.files.items()]
-    lines += ["", "## Stage timings (s)", "", markdown_table([{k: round(v, 1) for k, v in res.timings.items()}])]
+    lines += ["", "## Stage timings", "",
+              markdown_table([{"stage": k, "seconds": round(v, 1)} for k, v in res.timings.items()])]
     return _write_text(out / "report.md", "\n".join(lines) + "\n")
 
 # %% ../nbs/10_demo.ipynb #72df9244
@@ -369,15 +491,20 @@ def run_demo(out, cfg: DemoConfig | None = None, target=None, prompts: dict | No
     n_on = len(ev) if cfg.n_online_prompts is None else min(cfg.n_online_prompts, len(ev))
     same = _timed(t, "offline eval", stage_offline, target, ckpts, ev_c, out / "offline-online-prompts.json", cfg,
                   range(n_on))
+    layouts = {f: out / f"drafter-{f}" for f in ("fused", "split")}
+    along = _timed(t, "checkpoints' τ", stage_checkpoint_tau, target, layouts, ev_c, out / "checkpoint-tau.json")
     online = _timed(t, "online decode", stage_online, target, ckpts, ev[:n_on], out / "online.json", cfg)
     models = {f: DFlashDraftModel.from_pretrained(c, target_model=target.model).eval() for f, c in ckpts.items()}
     ablation = _timed(t, "ablation", stage_ablation, models["fused"], ev_c, out / "ablation.json")
     runs = {f: read_metrics(out / f"drafter-{f}") for f in ckpts}
-    files = {"acceptance": _save(_acceptance_figure(offline), out / "acceptance.png")}
-    files |= _timed(t, "figures", diagnostics_figures, target, models, ev_c, runs, out)
+    against = {f: training_labels(out / f"drafter-{f}", labels) for f in ckpts}
+    files = {"acceptance": _save(_acceptance_figure(offline), out / "acceptance.png"),
+             "training": _save(plot_training(runs, against, along), out / "training.png")}
+    files |= _timed(t, "figures", diagnostics_figures, target, models, ev_c, out)
     selector = _timed(t, "selector", stage_selector, target, ckpts["fused2"], ev_c, out / "selector.json") \
         if cfg.dflash2 else None
-    return write_report(out, cfg, DemoResults(offline, online, ablation, files, t, same, labels, selector))
+    return write_report(out, cfg, DemoResults(offline, online["drafters"], ablation, files, t, same, labels, selector,
+                                              online["machine"]))
 
 # %% ../nbs/10_demo.ipynb #5d2d55c9
 def demo_parser() -> argparse.ArgumentParser:
@@ -386,7 +513,7 @@ def demo_parser() -> argparse.ArgumentParser:
                                  "cache, a fused and a split drafter, offline and online τ, diagnostics. Offline, "
                                  "CPU-friendly; rerun to resume from the stages already done.")
     ap.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo); report.md is written there")
-    ap.add_argument("--quick", action="store_true", help="the ~3-minute variant (fewer prompts and steps)")
+    ap.add_argument("--quick", action="store_true", help="the ~4-minute variant (fewer prompts and steps)")
     ap.add_argument("--steps", type=int, help="override the training steps per drafter")
     return ap
 

@@ -18,9 +18,10 @@ from .extract import capture_layers, tap_sites
 from .evaluate import offline_tau, offline_tau_many, OfflineResult
 
 # %% auto #0
-__all__ = ['RMSStats', 'rms_stats', 'layer_rms_live', 'layer_rms_cache', 'plot_layer_norms', 'fc_blocks', 'fc_report',
-           'plot_fc_report', 'plot_tau_histogram', 'tap_transform', 'tap_means', 'tap_ablation', 'deepest_tap_share',
-           'plot_ablation', 'retrofit_fused', 'plot_slot_gradients', 'identity_convs', 'conv_report']
+__all__ = ['RMSStats', 'rms_stats', 'layer_rms_live', 'layer_rms_cache', 'plain_log_ticks', 'plot_layer_norms', 'fc_blocks',
+           'fc_report', 'plot_fc_report', 'plot_tau_histogram', 'tap_transform', 'tap_means', 'tap_ablation',
+           'deepest_tap_share', 'plot_ablation', 'retrofit_fused', 'plot_slot_gradients', 'identity_convs',
+           'conv_report']
 
 # %% ../nbs/08_diagnostics.ipynb #afb13b00
 class RMSStats(NamedTuple):
@@ -65,6 +66,19 @@ def layer_rms_cache(cache: HiddenStateCache, indices=None) -> dict:
             per.setdefault(k, []).append(cache.taps_for(i, [k]).float().pow(2).mean(-1).sqrt())
     return _summary(per)
 
+# %% ../nbs/08_diagnostics.ipynb #abe9bc68
+def plain_log_ticks(ax, axis: str = "y"):
+    "Plain numbers (0.5, 6, 2000) as a log axis's tick labels: every integer within a decade, 1-2-5 up to 3, then 10ⁿ."
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    lo, hi = getattr(ax, f"get_{axis}lim")()
+    decades = np.log10(hi / lo)
+    a = getattr(ax, f"{axis}axis")
+    a.set_major_locator(LogLocator(subs=np.arange(1.0, 10.0) if decades <= 1 else (1.0, 2.0, 5.0) if decades <= 3
+                                   else (1.0,)))
+    a.set_major_formatter(FuncFormatter(lambda v, _: np.format_float_positional(v, 4, fractional=False, trim="-")))
+    a.set_minor_formatter(NullFormatter())
+    return ax
+
 # %% ../nbs/08_diagnostics.ipynb #be5a14cb
 def plot_layer_norms(norms: dict, taps=(), ax=None):
     "Plot {label: {layer: `RMSStats`}} on a log axes: median line, 10-90% quantile band, taps marked; returns the axes."
@@ -80,7 +94,7 @@ def plot_layer_norms(norms: dict, taps=(), ax=None):
     ax.set(yscale="log", xlabel="target layer id (output of layer k)",
            ylabel="RMS per token (median, 10-90% band)", title="hidden-state norms over tokens (dotted: taps)")
     ax.legend(fontsize=8)
-    return ax
+    return plain_log_ticks(ax)
 
 # %% ../nbs/08_diagnostics.ipynb #9d080a0f
 def fc_blocks(model: DFlashDraftModel) -> dict:

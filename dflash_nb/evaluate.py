@@ -22,12 +22,12 @@ from .cache import HiddenStateCache, check_compatible
 from .cli import refusals
 
 # %% auto #0
-__all__ = ['SPANS', 'ROW_BYTES', 'BLOCKS_PER_CALL', 'REPLAY_ROWS', 'SMALL_N', 'SHOW', 'accept_chain', 'accept_tree', 'replay',
-           'pad_stack', 'prompt_contexts', 'blocks_per_call', 'AnchorDrafts', 'anchor_drafts', 'replay_prompts',
-           'OfflineResult', 'round_acceptance', 'offline_result', 'offline_tau_many', 'offline_tau', 'selector_slots',
-           'anchor_overlaps', 'expected_acceptance', 'comparison_rows', 'markdown_table', 'wilson_interval',
-           'plot_acceptance', 'load_drafters', 'with_selector_off', 'compare', 'add_sampling_options', 'eval_parser',
-           'eval_sampling', 'eval_main']
+__all__ = ['SPANS', 'ROW_BYTES', 'BLOCKS_PER_CALL', 'REPLAY_ROWS', 'MAX_COLUMNS', 'SMALL_N', 'SHOW', 'accept_chain',
+           'accept_tree', 'replay', 'pad_stack', 'prompt_contexts', 'blocks_per_call', 'AnchorDrafts', 'anchor_drafts',
+           'replay_prompts', 'OfflineResult', 'round_acceptance', 'offline_result', 'offline_tau_many', 'offline_tau',
+           'selector_slots', 'anchor_overlaps', 'expected_acceptance', 'comparison_rows', 'markdown_table',
+           'table_parts', 'eval_tables', 'wilson_interval', 'acceptance_band', 'plot_acceptance', 'load_drafters',
+           'with_selector_off', 'compare', 'add_sampling_options', 'eval_parser', 'eval_sampling', 'eval_main']
 
 # %% ../nbs/06_evaluate.ipynb #f04e61d2
 def accept_chain(logits: torch.Tensor, truth: torch.Tensor) -> int:
@@ -366,6 +366,27 @@ def markdown_table(rows: list[dict]) -> str:
     line = lambda cells: "| " + " | ".join(map(str, cells)) + " |"
     return "\n".join([line(keys), "|" + "---|" * len(keys)] + [line(r[k] for k in keys) for r in rows])
 
+# %% ../nbs/06_evaluate.ipynb #1268bb48
+MAX_COLUMNS = 7      # a table wider than this wraps or scrolls in a terminal, on GitHub, on a 1280 px page
+
+def table_parts(rows: list[dict], groups: list[list[str]], width: int = MAX_COLUMNS) -> list[list[dict]]:
+    "`rows` as tables of at most `width` columns, each led by the rows' first key: `groups`' keys, then the rest."
+    lead, keys = list(rows[0])[0], list(rows[0])[1:]
+    parts = [[k for k in g if k in keys] for g in groups]
+    parts.append([k for k in keys if not any(k in p for p in parts)])
+    cut = [p[i:i + width - 1] for p in parts for i in range(0, len(p), width - 1)]
+    return [[{lead: r[lead]} | {k: r[k] for k in p} for r in rows] for p in cut]
+
+# %% ../nbs/06_evaluate.ipynb #7d0f2a3c
+def eval_tables(rows: list[dict], block_size: int) -> str:
+    "`comparison_rows` as markdown tables of ≤ `MAX_COLUMNS`: the headline τ, the rest, acceptance by slot."
+    keys, eq = list(rows[0]), block_size - 1
+    tree = f"tau DDTree-{eq}" if f"tau DDTree-{eq}" in keys else next((k for k in keys if "DDTree" in k), "")
+    head = ["fusion", "fc taps", "tau", tree, f"tau lattice-{eq}", *(k for k in keys if k.startswith("tau T="))]
+    acc = [k for k in keys if k.startswith("acc@")]
+    parts = table_parts(rows, [head, [k for k in keys if k not in head + acc], acc])
+    return "\n\n".join(markdown_table(p) for p in parts)
+
 # %% ../nbs/06_evaluate.ipynb #e3b48d29
 def wilson_interval(k, n, z: float = 1.96) -> tuple:
     "Wilson score interval (lo, hi) of proportions `k`/`n` (numbers or tensors), float64; (0, 1) where `n` is 0."
@@ -376,22 +397,41 @@ def wilson_interval(k, n, z: float = 1.96) -> tuple:
     return torch.where(n > 0, centre - half, 0.0), torch.where(n > 0, centre + half, 1.0)
 
 # %% ../nbs/06_evaluate.ipynb #278354ca
-SMALL_N = 30      # conditional-acceptance points resting on fewer rounds are labelled with their count
+SMALL_N = 30      # rounds a slot needs for its 95% band; fewer: no band, the count written beside the point
 
-def plot_acceptance(results: list[OfflineResult], ax=None):
-    "Per-position acceptance curves of several drafters on one axes (conditional: with its 95% interval); the axes."
+def acceptance_band(accepted, n, min_rounds: int = SMALL_N) -> tuple:
+    "Wilson 95% (lo, hi) of `accepted`/`n` per slot where `n` ≥ `min_rounds`; NaN at the other slots (no band)."
+    lo, hi = wilson_interval(accepted, n)
+    few = torch.as_tensor(n) < min_rounds
+    return lo.masked_fill(few, float("nan")), hi.masked_fill(few, float("nan"))
+
+# %% ../nbs/06_evaluate.ipynb #c64d6283
+def plot_acceptance(results: list[OfflineResult], ax=None, top: float | None = None):
+    "Per-slot acceptance of drafters on one axes: cumulative (main, banded), conditional (dashed); y up to `top`."
     import matplotlib.pyplot as plt
-    ax = ax or plt.subplots(figsize=(7, 4))[1]
+    from matplotlib.ticker import MaxNLocator
+    ax, peak = ax or plt.subplots(figsize=(7, 4))[1], 0.0
     for r, col in zip(results, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4):
-        k = range(1, len(r.acc_cum) + 1)
-        ax.plot(k, r.acc_cum, "-o", color=col, ms=3, label=f"{r.name} ({r.fusion}) τ={r.tau:.2f}")
-        ax.plot(k, r.acc_cond, "--", color=col, alpha=0.6)
+        k = torch.arange(1, len(r.acc_cum) + 1)
+        reached = r.counts.get("reached", [SMALL_N] * len(k))
+        cond = [a if n else float("nan") for a, n in zip(r.acc_cond, reached)]
+        ax.plot(k, r.acc_cum, "-o", color=col, lw=2, ms=4, label=f"{r.name} ({r.fusion}) τ={r.tau:.2f}")
+        ax.plot(k, cond, "--", color=col, lw=1, alpha=0.7)
+        peak = max([peak, *r.acc_cum, *(a for a in cond if a == a)])
         if r.counts:
-            ax.fill_between(k, *wilson_interval(r.counts["accepted"], r.counts["reached"]), color=col, alpha=0.12, lw=0)
-            for x, y, n in zip(k, r.acc_cond, r.counts["reached"]):
-                if n < SMALL_N: ax.annotate(f"n={n}", (x, y), (0, 4), textcoords="offset points", fontsize=6, color=col)
-    ax.set(xlabel="block slot k", ylabel="acceptance", ylim=(0, 1.02),
-           title="acceptance by position (solid: cumulative; dashed: conditional, 95% band)")
+            lo, hi = acceptance_band(r.counts["accepted"], r.counts["checkable"])
+            ok = ~lo.isnan()
+            ax.vlines(k[ok], lo[ok], hi[ok], color=col, lw=6, alpha=0.25)
+            peak = max([peak, *hi[ok].tolist()])
+            none = k[torch.tensor(reached) == 0]
+            ax.scatter(none, [0] * len(none), marker="x", s=30, color=col, clip_on=False, zorder=3)
+            for x, y, n in zip(k.tolist(), r.acc_cond, reached):
+                if 0 < n < SMALL_N: ax.annotate(f"n={n}", (x, y), (0, 4), textcoords="offset points", fontsize=6,
+                                                color=col)
+    ax.set(xlabel="block slot k", ylabel="acceptance", ylim=(0, top or min(1.02, (int((peak + 0.05) * 10) + 1) / 10)))
+    ax.set_title(f"acceptance by position: cumulative (solid), conditional (dashed)\n"
+                 f"bar: 95% interval, slots with ≥ {SMALL_N} rounds; n=k: only k rounds; ×: none", fontsize=8)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend(fontsize=8)
     return ax
 
@@ -508,7 +548,7 @@ def _evaluate(a: argparse.Namespace) -> list:
     models = load_drafters(dict(zip(a.names, a.checkpoint)) if a.names else a.checkpoint, target.model, a.attention)
     rows, results, _ = compare(models, cache, target.model, tuple(a.budgets), idx, ("describe", "progress"), sampling)
     atomic_write(a.out, lambda p: p.write_text(json.dumps([asdict(r) for r in results], indent=1)))
-    print(markdown_table(rows))
+    print(eval_tables(rows, len(results[0].acc_cum) + 1))
     return results
 
 # %% ../nbs/06_evaluate.ipynb #e8583f3e

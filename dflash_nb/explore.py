@@ -109,7 +109,7 @@ def update_figure(fig, state: ExplorerState, title: str = "", bars: bool = True,
     "Redraw `fig` (from `explorer_figure`) for `state`: the acceptance panel, and the bars if `bars`."
     a1, a2 = fig.axes
     if clear: a1.clear()
-    plot_acceptance([state.result], ax=a1)
+    plot_acceptance([state.result], ax=a1, top=1.02)
     if bars:
         if clear: a2.clear()
         plot_fc_report(state.contributions, ax=a2, title="contribution share (scaled)")

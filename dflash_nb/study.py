@@ -541,7 +541,8 @@ def plot_study_training(sc: StudyConfig, results: list[dict]) -> Figure:
         for ax, key in zip(axes, ("loss", "tau_est")):
             ax.plot([m["step"] for m in recs], [m[key] for m in recs], color=c, alpha=0.7,
                     label=r["variant"] if r["seed"] == sc.seeds[0] else None)
-    for ax, title in zip(axes, ("training loss", "τ̂ (training batches)")): ax.set(xlabel="step", title=title)
+    for ax, title in zip(axes, ("training loss", "τ̂ on training batches, against each run's own labels")):
+        ax.set(xlabel="step", title=title)
     axes[0].legend(fontsize=8)
     return fig
 

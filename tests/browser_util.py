@@ -1,5 +1,6 @@
 """Shared helpers of the real-browser tests (tests/test_browser.py, tests/test_docs_site.py): headless Chromium from the
-system's `chromium` package driven by Playwright, a JupyterLab server in its own process group, an artifacts folder.
+system's `chromium` package driven by Playwright, a JupyterLab server in its own process group, an artifacts folder,
+and a markdown file as an HTML page laid out as GitHub shows it (`markdown_page`).
 
 Nothing here downloads a browser: Playwright is pointed at the system Chromium (`$DFLASH_NB_CHROMIUM`, else Debian's
 `/usr/lib/chromium/chromium`, else `chromium` on PATH). Without Playwright or Chromium the browser tests skip, saying
@@ -113,3 +114,21 @@ def jupyterlab(root: Path, env: dict, token: str, log: Path, timeout: float = 12
         yield url
     finally:
         stop_group(proc)
+
+
+GITHUB_CSS = """body { margin: 0; font: 16px/1.5 -apple-system, "Segoe UI", "Noto Sans", Helvetica, Arial, sans-serif; }
+.markdown-body { box-sizing: border-box; max-width: 1012px; margin: 0 auto; padding: 32px; }
+table { display: block; width: max-content; max-width: 100%; overflow: auto; border-collapse: collapse; }
+th, td { padding: 6px 13px; border: 1px solid #d0d7de; }
+img { max-width: 100%; }
+code { font-size: 85%; }"""
+
+
+def markdown_page(md: Path, dest: Path) -> Path:
+    "Markdown file `md` as HTML page `dest`, laid out as GitHub shows a markdown file; its relative images load."
+    import mistune
+    body = mistune.create_markdown(plugins=["table"])(md.read_text())
+    base = f'<base href="{md.parent.resolve().as_uri()}/">'
+    dest.write_text(f'<!doctype html><html><head><meta charset="utf-8">{base}<style>{GITHUB_CSS}</style></head>'
+                    f'<body><article class="markdown-body">{body}</article></body></html>')
+    return dest

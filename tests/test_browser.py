@@ -10,12 +10,18 @@ deepest tap's slider to 0 with the keyboard (Home on the slider handle) and comp
 toy-target cache). Kernel and test share `$DFLASH_NB_FIXTURES`, so the notebook's fixture drafters are built once.
 
 A screenshot of the page goes to `$DFLASH_NB_ARTIFACTS` (else a temporary folder; the path is printed), also when the
-test fails. Server and browser are always shut down (the server's whole process group, kernels included)."""
+test fails. Server and browser are always shut down (the server's whole process group, kernels included).
+
+The demo's report as a reader meets it: `report.md` of the quick and of the default `dflash-demo` (written by
+`write_report` from plausible stage results, with their figures, so no training runs here; `$DFLASH_NB_DEMO_RUNS`, a
+`:`-separated list of real run directories, adds their reports) rendered to HTML as GitHub shows a markdown file (a
+1012 px column, tables that scroll inside themselves when too wide) in Chromium at 1280 px. The headline table must fit
+without a horizontal scroll, and so must the page; screenshots `demo-report-*.png` go to the artifacts folder."""
 import json, os, re, secrets, time, urllib.request
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 import nbformat, pytest
-from browser_util import ROOT, artifacts_dir, browser_page, jupyterlab, need_browser
+from browser_util import ROOT, artifacts_dir, browser_page, jupyterlab, need_browser, markdown_page
 
 NB = "09_explore_taps.ipynb"
 TAU = re.compile(r"τ = (\d+\.\d{3})")
@@ -159,3 +165,105 @@ def test_explorer_in_jupyterlab(tmp_path):
                   f"τ {before:.3f} -> {after:.3f} with tap {deep} at 0 ({layout}); screenshots in {arts}")
         finally:
             page.screenshot(path=str(arts / "explorer-page.png"), full_page=False)
+
+
+def synthetic_rounds(tau: float, n: int, block: int = 16) -> list:
+    "`n` chain rounds [(accepted, checkable)] whose mean accepted length is about `tau` - 1, deep slots rarely reached."
+    counts, left = [], n
+    for k in range(block - 1):
+        c = left if k == block - 2 else round(left * (1 - (tau - 1) / tau))
+        counts.append(c)
+        left -= c
+    return [(k, block - 1) for k, c in enumerate(counts) for _ in range(c)]
+
+
+def synthetic_results(cfg, out: Path):
+    "`DemoResults` a run of `cfg` could produce (four drafters, split's speed noise as the issue saw it), and figures."
+    from matplotlib.figure import Figure
+    from dflash_nb.demo import DemoResults, eval_budgets, plot_training, TOKENS
+    from dflash_nb.diagnostics import RMSStats, plot_layer_norms
+    from dflash_nb.evaluate import OfflineResult, round_acceptance, plot_acceptance
+    rounds = cfg.n_eval_prompts * cfg.max_new_tokens
+    spec = {"fused": (1.096, "fused", [1, 3, 5, 7, 9]), "split": (1.115, "split", [1, 3, 5, 7]),
+            "fused2": (1.275, "fused", [1, 3, 5, 7, 9]), "fused2 (selector off)": (1.258, "fused", [1, 3, 5, 7, 9])}
+    offline = []
+    for name, (tau, fusion, taps) in spec.items():
+        acc = round_acceptance(synthetic_rounds(tau, round(rounds / tau)), 16)
+        tree = {b: tau + 0.45 + b / 200 for b in eval_budgets(cfg)}
+        offline.append(OfflineResult(name, fusion, taps, 480_000, tau, [], acc["acc_cond"], acc["acc_cum"], [],
+                                     tree, counts=acc["counts"], kind="dflash2" if "2" in name else "dflash",
+                                     tau_lattice={15: tau + 0.47} if name == "fused2" else {}))
+    speed = lambda s, tau: {"speedup": s, "low": s - 0.02, "high": s + 0.03, "ideal": tau * 0.015 / 0.0286,
+                            "repeats": cfg.speed_repeats, "noise": "above its ideal; above τ" if s > tau else ""}
+    online = {r.name: {"tau": r.tau, "lossless": True, "speed": speed(1.27 if r.name == "split" else 0.51, r.tau),
+                       "ddtree": {"tau": r.tau_tree[15], "lossless": True, "budget": 15,
+                                  "speed": speed(0.72, r.tau_tree[15])}} for r in offline[:3]}
+    machine = {"before": {"torch threads": 1, "cpus": 2, "load": 2.61}, "after": {"torch threads": 1, "cpus": 2,
+                                                                                     "load": 3.05}, "prompts": 2}
+    steps = list(range(5, cfg.steps + 1, 5))
+    runs = {f: [{"step": s, "loss": 6 - s / cfg.steps - i / 4, "tau_est": 1 + 0.1 * s / cfg.steps + i / 20}
+                for s in steps] for i, f in enumerate(("fused", "split", "fused2"))}
+    along = {f: {str(s): 1 + 0.1 * s / cfg.steps for s in range(cfg.steps // 4, cfg.steps + 1, cfg.steps // 4)}
+             for f in ("fused", "split")}
+    fig = Figure(figsize=(7, 4))
+    plot_acceptance(offline, ax=fig.subplots())
+    fig.savefig(out / "acceptance.png", dpi=110)
+    against = {"fused": TOKENS, "split": f"its deepest-tap labels (79% are {TOKENS})", "fused2": TOKENS}
+    plot_training(runs, against, along).savefig(out / "training.png", dpi=110)
+    fig = Figure(figsize=(7, 3.2), layout="constrained")
+    norms = {k: RMSStats(0, 0, 1.5 * 1.2 ** k, 1.2 * 1.2 ** k, 2 * 1.2 ** k) for k in range(10)}
+    plot_layer_norms({"cache": norms}, [1, 3, 5, 7, 9], ax=fig.subplots())
+    fig.savefig(out / "norms.png", dpi=110)
+    files = {"acceptance": "acceptance.png", "training": "training.png", "norms": "norms.png"}
+    timings = {"responses": 5.7, "extract": 1.3, "label check": 0.1, "train fused": 43.0, "train split": 38.6,
+               "train fused2": 54.9, "offline eval": 5.3, "checkpoints' τ": 9.1, "online decode": 131.8,
+               "ablation": 0.6, "figures": 0.8, "selector": 0.3}
+    slots = lambda *v: list(v) + [0] * (15 - len(v))
+    selector = {"reached": slots(378, 80, 5, 1), "topk_recall": slots(0.656, 0.713, 1.0, 1.0),
+                "selector_error": slots(0.669, 0.912, 0.8, 1.0), "argmax_error": slots(0.794, 0.938, 0.8, 1.0)}
+    return DemoResults(offline, online, {"tau": 1.096, "deepest_share": 0.1, "rows": []}, files, timings, offline,
+                       {"tap": 9, "agree": 0.791, "positions": 3072}, selector, machine)
+
+
+def demo_reports(tmp: Path) -> dict:
+    "{name: report.md} of the quick and the default demo (synthetic results), and of any run in $DFLASH_NB_DEMO_RUNS."
+    from dflash_nb.demo import DemoConfig, quick_demo_config, write_report
+    out = {}
+    for name, cfg in (("quick", quick_demo_config()), ("default", DemoConfig())):
+        (tmp / name).mkdir()
+        out[name] = write_report(tmp / name, cfg, synthetic_results(cfg, tmp / name))
+    for run in filter(None, os.environ.get("DFLASH_NB_DEMO_RUNS", "").split(os.pathsep)):
+        out[f"run-{Path(run).name}"] = Path(run) / "report.md"
+    return out
+
+
+WIDTHS = """() => [...document.querySelectorAll('table')].map(t => ({
+    section: (() => { let e = t; while (e && e.tagName !== 'H2') e = e.previousElementSibling;
+                      return e ? e.innerText : ''; })(),
+    width: t.getBoundingClientRect().width, scroll: t.scrollWidth, client: t.clientWidth,
+    columns: t.querySelectorAll('thead th').length}))"""
+
+
+@pytest.mark.slow
+def test_demo_report_at_1280(tmp_path):
+    need_browser()
+    arts = artifacts_dir()
+    print(f"\nbrowser test artifacts: {arts}")
+    reports = demo_reports(tmp_path)
+    with browser_page(viewport=(1280, 900)) as page:
+        for name, report in reports.items():
+            page.goto(markdown_page(report, tmp_path / f"{name}.html").as_uri())
+            page.wait_for_load_state("load")
+            tables = page.evaluate(WIDTHS)
+            head = next(t for t in tables if t["section"] == "Drafters side by side")
+            try:
+                assert head["columns"] <= 7, head
+                assert head["scroll"] <= head["client"], f"{name}: the headline table scrolls sideways: {head}"
+                assert page.evaluate("document.documentElement.scrollWidth") <= 1280, f"{name}: the page scrolls"
+                assert page.evaluate("[...document.images].every(i => i.complete && i.naturalWidth > 0)"), "an image"
+            finally:
+                page.screenshot(path=str(arts / f"demo-report-{name}.png"), full_page=True)
+                page.locator("table").first.screenshot(path=str(arts / f"demo-report-{name}-headline.png"))
+            wide = [t for t in tables if t["scroll"] > t["client"]]
+            print(f"{name}: headline {head['columns']} columns, {head['width']:.0f} px wide at 1280 px; "
+                  f"tables that scroll: {[(t['section'], t['scroll']) for t in wide]}")
