@@ -14,7 +14,7 @@ from statistics import median
 from tqdm.auto import tqdm
 from .config import default_target_layer_ids
 from .model import DFlashDraftModel, upgrade_to_dflash2
-from .storage import atomic_write
+from .storage import atomic_write, check_output_dir
 from .cache import HiddenStateCache, CacheLayout, select_taps
 from .extract import cached_responses, extract_to_cache
 from .config import TrainConfig
@@ -522,9 +522,11 @@ def demo_main(argv=None) -> None:
     "Entry point of `dflash-demo`: prints the report's path (exit 0); a refused input exits 1 with a one-line message."
     a = demo_parser().parse_args(argv)
     cfg = quick_demo_config() if a.quick else DemoConfig()
-    if a.steps:
-        cfg.steps = a.steps
-    with refusals("dflash-demo"): print(f"report: {run_demo(a.out, cfg)}")
+    with refusals("dflash-demo"):
+        if a.steps is not None and a.steps < 1:
+            raise ValueError(f"--steps {a.steps}: give a positive number of training steps per drafter.")
+        cfg.steps = a.steps or cfg.steps
+        print(f"report: {run_demo(check_output_dir(a.out), cfg)}")
 
 # %% ../nbs/10_demo.ipynb #e6c8ba4a
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from .config import ATTENTION_MODES
 from .model import DFlashDraftModel, ContextCache, param_counts, describe_drafter
 from .drafting import BlockDrafts
 from .trees import DraftTree, Lattice, build_tree, grow_tree, lattice_tree, walk_tree
-from .storage import atomic_write
+from .storage import atomic_write, check_output_dir
 from .cache import HiddenStateCache, check_compatible
 from .cli import refusals
 
@@ -437,11 +437,17 @@ def plot_acceptance(results: list[OfflineResult], ax=None, top: float | None = N
 
 # %% ../nbs/06_evaluate.ipynb #87baabf6
 def _names(drafters) -> list[str]:
-    "Directory names of checkpoint paths, with their parent where two would collide; 'drafter i' for models."
-    short = [Path(d).name if isinstance(d, (str, Path)) else f"drafter {i}" for i, d in enumerate(drafters)]
-    long = [f"{Path(d).parent.name}/{Path(d).name}" if isinstance(d, (str, Path)) else s
-            for d, s in zip(drafters, short)]
-    return [lg if short.count(s) > 1 else s for s, lg in zip(short, long)]
+    "The shortest tails of checkpoint paths that tell them apart ('drafter i' for models); one path twice is refused."
+    paths = [Path(d).resolve() if isinstance(d, (str, Path)) else None for d in drafters]
+    if twice := [p for p in paths if p is not None and paths.count(p) > 1]:
+        raise ValueError(f"{twice[0]} is given twice: evaluate each checkpoint once.")
+    tail = lambda p, k: "/".join(p.parts[-k:])
+    def name(i, p):
+        if p is None: return f"drafter {i}"
+        k = 1
+        while k < len(p.parts) and any(q not in (None, p) and tail(q, k) == tail(p, k) for q in paths): k += 1
+        return tail(p, k)
+    return [name(i, p) for i, p in enumerate(paths)]
 
 # %% ../nbs/06_evaluate.ipynb #3e213675
 def _check_masks(models: dict):
@@ -542,6 +548,13 @@ def _evaluate(a: argparse.Namespace) -> list:
     if a.names and len(a.names) != len(a.checkpoint):
         raise ValueError(f"--names gives {len(a.names)} labels for {len(a.checkpoint)} checkpoints; "
                          "give one per checkpoint.")
+    if a.names and (twice := [n for n in a.names if a.names.count(n) > 1]):
+        raise ValueError(f"--names gives {twice[0]!r} twice: give each drafter its own label.")
+    out = Path(a.out)
+    if out.is_dir() or not out.parent.is_dir():
+        raise ValueError(f"--out {out}: {'is a directory' if out.is_dir() else f'{out.parent} does not exist'}; "
+                         "give a file path in an existing directory.")
+    check_output_dir(out.parent)
     sampling = eval_sampling(a)
     cache, target = HiddenStateCache(a.cache), load_target_heads(a.target, dtype=a.target_dtype)
     idx = range(min(a.limit, len(cache))) if a.limit else None
