@@ -1,6 +1,6 @@
 """Fuzz the config and run-config validators: any input either builds or fails with the documented ValueError.
 No test has a deadline or hypothesis's too_slow health check: a busy machine must not fail them."""
-import json
+import json, math
 from dataclasses import fields
 import pytest
 from hypothesis import example, given, settings, strategies as st, HealthCheck
@@ -42,3 +42,30 @@ def test_train_config_validates_or_raises_value_error(kw):
                                       (dict(target_layer_ids=["1", 16]), "integers"), (dict(head_dim=-2), "must be an integer >= 1")])
 def test_dimension_errors_are_clear(bad, msg):
     with pytest.raises(ValueError, match=msg): DFlashConfig(**bad)
+
+
+NUMERIC = {"lr": st.sampled_from([-1.0, 0.0, 1e-9, 3e-3, 1.0, 5.0]), "warmup": st.sampled_from([-0.1, 0.0, 0.5, 0.99, 1.0, 50.0]),
+           "grad_clip": st.sampled_from([-1.0, 0.0, 1e-6, 1.0]), "weight_decay": st.sampled_from([-0.1, 0.0, 0.1, 2.0]),
+           "steps": st.sampled_from([-3, 0, 1, 2]), "max_len": st.sampled_from([-20, 0, 5, 12]),
+           "noise_std": st.sampled_from([-0.1, 0.0, 0.3, 20.0]), "streak": st.sampled_from([-1.0, 0.0, 1.0]),
+           "gamma": st.sampled_from([-1.0, 0.0, 0.5, 7.0]), "num_anchors": st.sampled_from([0, 1, 3]),
+           "bucket_batches": st.sampled_from([0, 1, 4]), "optimizer": st.sampled_from(["adamw", "muon", "sgd"])}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.fixed_dictionaries({}, optional=NUMERIC))
+def test_train_config_is_refused_in_one_line_or_trains_finite(tmp_path, tiny_cache, kw):
+    "Drawn settings are either refused (one line naming the field) or train two steps with a finite loss."
+    from dflash_nb.testing import tiny_drafter
+    from dflash_nb.train import train, read_metrics
+    from dflash_nb.testing import tiny_hybrid
+    base = dict(drafter=tiny_drafter(), loss_chunk=3, batch_size=2, log_every=1, progress=False, device="cpu",
+                steps=2, out_dir=str(tmp_path / f"run-{abs(hash(str(kw)))}"))
+    cfg = TrainConfig(**(base | kw))
+    try: cfg.validate()
+    except ValueError as e:
+        assert "\n" not in str(e) and "=" in str(e), str(e)
+        return
+    if cfg.steps == 0: cfg = TrainConfig(**(base | kw | {"steps": 0, "epochs": 1}))
+    train(cfg, target=tiny_hybrid(), data=tiny_cache)
+    assert all(math.isfinite(r["loss"]) for r in read_metrics(cfg.out_dir))
