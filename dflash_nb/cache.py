@@ -7,10 +7,10 @@ Docs: https://dflash-nb.github.io/dflash_nb/cache.html.md"""
 
 # %% ../nbs/03_cache.ipynb #c8e5c080
 from __future__ import annotations
-import ctypes, hashlib, json, re
+import ctypes, hashlib, json, os, re
 from bisect import bisect_right
 from dataclasses import dataclass
-from itertools import accumulate, islice
+from itertools import accumulate, chain, islice
 from pathlib import Path
 import warnings
 import torch
@@ -19,14 +19,15 @@ from safetensors.torch import save_file
 from tqdm.auto import tqdm
 from fastcore.basics import patch
 from .config import TAP_CONVENTION, TAP_CONVENTIONS, hidden_state_index
-from .storage import atomic_write, check_output_dir, file_sha256
+from .storage import atomic_write, check_output_dir, file_sha256, plain_name
 
 # %% auto #0
-__all__ = ['CACHE_FORMAT', 'CACHE_VERSION', 'MANIFEST', 'CACHE_DTYPES', 'MANIFEST_FIELDS', 'SHARD_FIELDS', 'LEGACY_KEYS',
-           'LEGACY_LAST', 'check_tap_ids', 'as_sample', 'iter_chunks', 'CacheLayout', 'cache_header', 'write_shard',
-           'CacheShardError', 'check_shard', 'read_manifest', 'release_freed_memory', 'write_cache',
-           'resolve_cache_dir', 'HiddenStateCache', 'select_taps', 'check_compatible', 'read_legacy_sample',
-           'LegacySource', 'import_legacy_pt_cache']
+__all__ = ['CACHE_FORMAT', 'CACHE_VERSION', 'MANIFEST', 'CACHE_DTYPES', 'TABLE_KEY', 'MANIFEST_FIELDS', 'SHARD_FIELDS',
+           'LATER_SHARD_FIELDS', 'VERIFY_ENV', 'LEGACY_KEYS', 'LEGACY_LAST', 'check_tap_ids', 'as_sample',
+           'iter_chunks', 'CacheLayout', 'cache_header', 'rows_digest', 'write_shard', 'CacheShardError', 'check_shard',
+           'read_manifest', 'release_freed_memory', 'write_cache', 'resolve_cache_dir', 'verify_by_default',
+           'HiddenStateCache', 'select_taps', 'check_compatible', 'read_legacy_sample', 'LegacySource',
+           'import_legacy_pt_cache', 'rewrite_cache']
 
 # %% ../nbs/03_cache.ipynb #179b581e
 CACHE_FORMAT, CACHE_VERSION, MANIFEST = "dflash_nb.hidden_state_cache", 1, "manifest.json"
@@ -55,6 +56,7 @@ def as_sample(s: dict) -> dict:
 # %% ../nbs/03_cache.ipynb #b3d8b2a8
 def iter_chunks(items, n: int):
     "Successive lists of `n` items (the last may be shorter) from any iterable, without materialising it."
+    if n < 1: raise ValueError(f"A chunk size of {n}: a batch size or shard size must be 1 or more.")
     it = iter(items)
     while chunk := list(islice(it, n)): yield chunk
 
@@ -88,11 +90,42 @@ def cache_header(target_name, target_hash, num_target_layers, hidden_size: int, 
                 tap_convention=lay.convention, dtype=name, has_final=lay.store_final,
                 samples_per_shard=lay.samples_per_shard, complete=False, shards=[])
 
+# %% ../nbs/03_cache.ipynb #2d931d59
+_ROW_BYTES, _CHUNK_ROWS = 4096, 128   # rows of 4 KiB; summed 512 KiB at a time, while the CPU cache holds them
+
+def rows_digest(t: torch.Tensor) -> str:
+    "32 hex digits over a tensor's bytes: sha256 of its 64-bit words' sums by 4 KiB row and by column, and its tail."
+    b = t.contiguous().reshape(-1).view(torch.uint8).numpy()
+    h = hashlib.sha256(b.size.to_bytes(8, "little"))
+    main = b.size - b.size % _ROW_BYTES
+    w, cols = b[:main].view("<u8").reshape(-1, _ROW_BYTES // 8), 0
+    for a in range(0, len(w), _CHUNK_ROWS):
+        chunk = w[a:a + _CHUNK_ROWS]
+        h.update(chunk.sum(1))
+        cols = cols + chunk.sum(0)
+    if main: h.update(cols)
+    h.update(b[main:])
+    return h.hexdigest()[:32]
+
 # %% ../nbs/03_cache.ipynb #60d099b4
+TABLE_KEY = "dflash_nb.sample_digests"   # the safetensors metadata entry that holds a shard's digest table
+_STORED = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}   # safetensors' names of the cache dtypes
+
 def _shard_shapes(lengths: list[int], m: dict) -> dict:
     n, H = sum(lengths), m["hidden_size"]
     final = {"final": [n, H]} if m["has_final"] else {}
     return {"input_ids": [n], "loss_mask": [n], "taps": [n, len(m["tap_ids"]) * H]} | final
+
+def _shard_dtypes(m: dict) -> dict:
+    dt = _STORED[m["dtype"]]
+    return {"input_ids": "I32", "loss_mask": "U8", "taps": dt} | ({"final": dt} if m["has_final"] else {})
+
+# %% ../nbs/03_cache.ipynb #deb0c743
+def _digest_table(t: dict, lengths: list[int]) -> str:
+    "A shard's digest table, as the JSON its header keeps: its samples' `lengths`, and each sample's digest per tensor."
+    cuts = list(accumulate(lengths, initial=0))
+    rows = {k: "".join(rows_digest(v[a:b]) for a, b in zip(cuts, cuts[1:])) for k, v in t.items()}
+    return json.dumps({"lengths": lengths} | rows, separators=(",", ":"))
 
 # %% ../nbs/03_cache.ipynb #3d0e040c
 def write_shard(out_dir, index: int, records: list[dict], m: dict, digest: str = "") -> dict:
@@ -106,28 +139,52 @@ def write_shard(out_dir, index: int, records: list[dict], m: dict, digest: str =
     if (got := {k: list(v.shape) for k, v in t.items()}) != want:
         raise ValueError(f"Shard {index}: records have shapes {got}, the cache expects {want} "
                          "(taps concatenated in tap order).")
-    path = atomic_write(Path(out_dir) / f"shard-{index:05d}.safetensors", lambda p: save_file(t, str(p)))
+    table = _digest_table(t, lengths)
+    path = atomic_write(Path(out_dir) / f"shard-{index:05d}.safetensors",
+                        lambda p: save_file(t, str(p), metadata={TABLE_KEY: table}))
     return dict(index=index, file=path.name, lengths=lengths, bytes=path.stat().st_size, sha256=file_sha256(path),
-                samples=digest)
+                samples=digest, digests=hashlib.sha256(table.encode()).hexdigest())
 
 # %% ../nbs/03_cache.ipynb #89477944
 class CacheShardError(ValueError):
     "A cache shard that is missing, truncated or corrupt."
 
 # %% ../nbs/03_cache.ipynb #1b2a1d84
-def check_shard(cache_dir, entry: dict, m: dict, checksum: bool = False):
-    "A CacheShardError naming the file unless shard `entry` matches it (size, header, shapes; sha256 if `checksum`)."
+def _shard_error(path: Path, why: str) -> CacheShardError:
+    return CacheShardError(f"Cache shard {path} {why}. Delete it and re-run the extraction (or import) into "
+                           f"{path.parent}: it resumes and re-makes this shard.")
+
+# %% ../nbs/03_cache.ipynb #a8eed2d9
+def _check_table(path: Path, entry: dict, table: str | None) -> dict:
+    "Shard `path`'s digest table, if it is the one `entry` records (its sha256) with `entry`'s sample lengths."
+    if table is None or hashlib.sha256(table.encode()).hexdigest() != entry["digests"]:
+        raise _shard_error(path, "is not the shard the manifest records (its table of sample digests differs: a shard "
+                                 "of another extraction, or a bad copy)")
+    t = json.loads(table)
+    if t["lengths"] != entry["lengths"]:
+        raise CacheShardError(f"{path.parent / MANIFEST}: shard {entry['index']} records sample lengths "
+                              f"{entry['lengths'][:6]}..., but its file was written with {t['lengths'][:6]}...: the "
+                              "manifest was re-split or damaged; restore it, or re-extract the cache.")
+    return t
+
+# %% ../nbs/03_cache.ipynb #5a0bad89
+def check_shard(cache_dir, entry: dict, m: dict, checksum: bool = False) -> dict | None:
+    "Shard `entry`'s digest table (None for older shards), or a CacheShardError naming the file if it does not match."
     path = Path(cache_dir) / entry["file"]
-    def bad(why): return CacheShardError(f"Cache shard {path} {why}. Delete it and re-run the extraction (or import) "
-                                         f"into {path.parent}: it resumes and re-makes this shard.")
-    if not path.exists(): raise bad("is missing")
+    if not path.exists(): raise _shard_error(path, "is missing")
     if (n := path.stat().st_size) != entry["bytes"]:
-        raise bad(f"has {n} bytes but the manifest records {entry['bytes']} (truncated?)")
+        raise _shard_error(path, f"has {n} bytes but the manifest records {entry['bytes']} (truncated?)")
     try:
-        with safe_open(path, "pt") as f: shapes = {k: list(f.get_slice(k).get_shape()) for k in f.keys()}
-    except Exception as e: raise bad(f"has an unreadable safetensors header ({e})") from None
-    if shapes != _shard_shapes(entry["lengths"], m): raise bad(f"holds tensors {shapes}, not what the manifest records")
-    if checksum and file_sha256(path) != entry["sha256"]: raise bad("fails its sha256 check (corrupt bytes)")
+        with safe_open(path, "pt") as f:
+            shapes = {k: list(f.get_slice(k).get_shape()) for k in f.keys()}
+            dtypes, table = {k: f.get_slice(k).get_dtype() for k in f.keys()}, (f.metadata() or {}).get(TABLE_KEY)
+    except Exception as e: raise _shard_error(path, f"has an unreadable safetensors header ({e})") from None
+    if shapes != _shard_shapes(entry["lengths"], m):
+        raise _shard_error(path, f"holds tensors {shapes}, not what the manifest records")
+    if dtypes != _shard_dtypes(m): raise _shard_error(path, f"holds dtypes {dtypes}, not what the manifest records")
+    if checksum and file_sha256(path) != entry["sha256"]:
+        raise _shard_error(path, "fails its sha256 check (corrupt bytes)")
+    return _check_table(path, entry, table) if "digests" in entry else None
 
 # %% ../nbs/03_cache.ipynb #2b3961d2
 def read_manifest(path) -> dict:
@@ -145,7 +202,7 @@ def read_manifest(path) -> dict:
         raise ValueError(f"{f} is format {m.get('format')!r} version {m.get('version')}; this dflash_nb reads "
                          f"{CACHE_FORMAT!r} version {CACHE_VERSION}: re-extract the cache.")
     _check_fields(m, MANIFEST_FIELDS, f)
-    for e in m["shards"]: _check_fields(e, SHARD_FIELDS, f"{f} (a shard entry)")
+    for e in m["shards"]: _check_entry(e, f)
     return m
 
 # %% ../nbs/03_cache.ipynb #abfff8e9
@@ -153,6 +210,7 @@ MANIFEST_FIELDS = dict(target_name=str, target_hash=(str, type(None)), num_targe
                        hidden_size=int, tap_ids=list, tap_convention=str, dtype=str, has_final=bool,
                        samples_per_shard=int, complete=bool, shards=list)
 SHARD_FIELDS = dict(index=int, file=str, lengths=list, bytes=int, sha256=str, samples=str)
+LATER_SHARD_FIELDS = dict(digests=str)   # fields that older caches' shard entries lack
 
 def _wrong_type(d, k, t) -> bool:
     return not isinstance(d, dict) or k not in d or not isinstance(d[k], t) or (t is int and isinstance(d[k], bool))
@@ -168,6 +226,15 @@ def _check_fields(d, fields: dict, where):
     if ints or impossible:
         raise ValueError(f"{where}: {ints or 'dtype, hidden_size or tap_convention'} hold impossible values; the "
                          "manifest is damaged: re-extract the cache.")
+
+# %% ../nbs/03_cache.ipynb #81fcd0da
+def _check_entry(e, f: Path):
+    "A ValueError unless shard entry `e` of manifest `f` has its fields and a `file` that stays in the cache directory."
+    _check_fields(e, SHARD_FIELDS, f"{f} (a shard entry)")
+    if bad := [k for k, t in LATER_SHARD_FIELDS.items() if k in e and _wrong_type(e, k, t)]:
+        raise ValueError(f"{f} (a shard entry): fields {bad} are of the wrong type; the manifest is damaged: "
+                         "re-extract the cache.")
+    plain_name(e["file"], f"{f} (shard {e['index']})", "Re-extract the cache.")
 
 # %% ../nbs/03_cache.ipynb #f7e9586e
 def _write_manifest(out_dir: Path, m: dict):
@@ -215,13 +282,15 @@ def _write_or_explain(out_dir: Path, i: int, records: list[dict], m: dict, diges
 # %% ../nbs/03_cache.ipynb #ba79b1f3
 def write_cache(out_dir, header: dict, samples, make_records, identity, progress: bool = False) -> Path:
     "Stream `samples` into shards of `out_dir`, resuming: `make_records(chunk)` -> records; `identity(chunk)` names it."
+    chunks = iter_chunks(samples, header["samples_per_shard"])
+    if (first := next(chunks, None)) is None:
+        raise ValueError(f"No samples to write into {out_dir}: nothing was written (an empty prompt file or list?).")
     out_dir = check_output_dir(out_dir, header["hidden_size"] * len(header["tap_ids"]) * 2 * 4096)
     out_dir.mkdir(parents=True, exist_ok=True)
     for t in out_dir.glob("*.tmp"): t.unlink()
     m, i = _resume_manifest(out_dir, header), -1
     done = {e["index"]: e for e in m["shards"]}
-    chunks = iter_chunks(samples, header["samples_per_shard"])
-    for i, chunk in enumerate(tqdm(chunks, disable=not progress, unit="shard")):
+    for i, chunk in enumerate(tqdm(chain([first], chunks), disable=not progress, unit="shard")):
         digest = _digest(identity(chunk))
         if i in done and done[i]["samples"] != digest:
             raise ValueError(f"{out_dir}: shard {i} was made from other samples; extract into a fresh directory.")
@@ -241,10 +310,17 @@ def resolve_cache_dir(path) -> Path:
     p = Path(path)
     return p / "cache" if not (p / MANIFEST).exists() and (p / "cache" / MANIFEST).exists() else p
 
+# %% ../nbs/03_cache.ipynb #0146cf86
+VERIFY_ENV = "DFLASH_NB_VERIFY_CACHE"
+
+def verify_by_default() -> bool:
+    "Whether caches verify what they read when not told: yes, unless the environment sets DFLASH_NB_VERIFY_CACHE=0."
+    return os.environ.get(VERIFY_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
 # %% ../nbs/03_cache.ipynb #a5b70050
 class HiddenStateCache:
     "A hidden-state cache directory, read lazily: `cache[i]` is one sample's input_ids, loss_mask, taps (and final)."
-    def __init__(self, path, checksum: bool = False, allow_partial: bool = False):
+    def __init__(self, path, checksum: bool = False, allow_partial: bool = False, verify: bool | None = None):
         self.given, self.path = Path(path), resolve_cache_dir(path)
         self.manifest = m = read_manifest(self.path)
         if not (m["complete"] or allow_partial):
@@ -257,23 +333,78 @@ class HiddenStateCache:
         self.lengths = [T for e in m["shards"] for T in e["lengths"]]
         self._first = list(accumulate((len(e["lengths"]) for e in m["shards"]), initial=0))
         self._cum = list(accumulate(self.lengths, initial=0))
+        self._paths = [str(self.path / e["file"]) for e in m["shards"]]
+        self.verify = verify_by_default() if verify is None else verify
+        self._files, self._tables, self._checked = {}, {}, set()   # per shard: file identity, digest table; older: done
+        self._verified = {k: bytearray(len(self)) for k in _shard_shapes([], m)}   # per tensor: samples verified
 
     def __len__(self): return len(self.lengths)
     def __repr__(self):
         where = self.path.name if self.path == self.given else f"{self.given.name}/cache"
         unknown = ", target unknown" if self.target_hash is None else ""
-        tokens = sum(self.lengths)
-        return f"HiddenStateCache({where}: {len(self)} samples, {tokens} tokens, taps {self.tap_ids}{unknown})"
+        unverified = "" if self.verify else ", reads unverified"
+        tokens, notes = sum(self.lengths), unknown + unverified
+        return f"HiddenStateCache({where}: {len(self)} samples, {tokens} tokens, taps {self.tap_ids}{notes})"
 
 # %% ../nbs/03_cache.ipynb #2981632b
+def _file_identity(path: str) -> tuple:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
 @patch
 def _read_rows(self: HiddenStateCache, i: int, keys) -> dict:
     if not -len(self) <= i < len(self): raise IndexError(f"Sample {i} of a cache of {len(self)}.")
     i %= len(self)
     s = bisect_right(self._first, i) - 1
-    a = self._cum[i] - self._cum[self._first[s]]
-    with safe_open(self.path / self.manifest["shards"][s]["file"], "pt") as f:
-        return {k: f.get_slice(k)[a:a + self.lengths[i]] for k in keys}
+    a, path = self._cum[i] - self._cum[self._first[s]], self._paths[s]
+    before = _file_identity(path) if self.verify else None
+    with safe_open(path, "pt") as f:
+        rows = {k: f.get_slice(k)[a:a + self.lengths[i]] for k in keys}
+        if not self.verify: return rows
+        now = _file_identity(path)
+        if not (self._files.get(s) == now == before and all(self._verified[k][i] for k in keys)):   # else: seen
+            self._verify_rows(i, s, rows, f, now if now == before else None)
+    return rows
+
+# %% ../nbs/03_cache.ipynb #a0a8c97b
+@patch
+def _forget(self: HiddenStateCache, s: int, identity):
+    "Drop what is known of shard `s` (now the file with `identity`, None if unknown): its samples read verified again."
+    self._files[s] = identity
+    self._tables.pop(s, None)
+    self._checked.discard(s)
+    a, b = self._first[s], self._first[s + 1]
+    for done in self._verified.values(): done[a:b] = bytes(b - a)
+
+@patch
+def _verify_rows(self: HiddenStateCache, i: int, s: int, rows: dict, f, identity):
+    "Refuse sample `i` (in shard `s`, open as `f`, the file `identity`) unless `rows` match the digests written."
+    if self._files.get(s, False) != identity: self._forget(s, identity)
+    e, path = self.manifest["shards"][s], Path(self._paths[s])
+    if "digests" not in e: self._verify_older_shard(s)
+    else:
+        if s not in self._tables: self._tables[s] = _check_table(path, e, (f.metadata() or {}).get(TABLE_KEY))
+        t, j = self._tables[s], i - self._first[s]
+        if bad := [k for k, v in rows.items() if rows_digest(v) != t[k][32 * j:32 * (j + 1)]]:
+            raise _shard_error(path, f"holds sample {i} ({', '.join(bad)}) with bytes that differ from those written "
+                                     "(corrupt bytes)")
+    if identity is not None:
+        for k in rows: self._verified[k][i] = 1
+
+# %% ../nbs/03_cache.ipynb #a79548b7
+@patch
+def _verify_older_shard(self: HiddenStateCache, s: int):
+    "Shard `s` of a cache written before digest tables: its whole sha256 once, and an extraction's sample boundaries."
+    if s in self._checked: return
+    e = self.manifest["shards"][s]
+    check_shard(self.path, e, self.manifest, checksum=True)
+    if "legacy" not in self.manifest:                   # extracted: `samples` digests its samples' token ids
+        with safe_open(self.path / e["file"], "pt") as f: ids = f.get_tensor("input_ids")
+        if _digest([x.numpy().tobytes() for x in ids.split(e["lengths"])]) != e["samples"]:
+            raise CacheShardError(f"{self.path / MANIFEST}: shard {e['index']}'s sample lengths do not split its token "
+                                  "ids into the samples it was made from: the manifest was re-split or damaged; "
+                                  "restore it, or re-extract the cache.")
+    self._checked.add(s)
 
 # %% ../nbs/03_cache.ipynb #699efea0
 @patch
@@ -466,3 +597,11 @@ def import_legacy_pt_cache(source: LegacySource, out_dir, target=None, target_ha
     def records(chunk): return [read(f) for f in chunk]
     def names(chunk): return [f.name for f in chunk]
     return write_cache(out_dir, header, files, records, names)
+
+# %% ../nbs/03_cache.ipynb #136dbf95
+def rewrite_cache(src, out_dir, progress: bool = False) -> Path:
+    "Copy the cache at `src` into `out_dir` (verified as read), in shards with digest tables; returns `out_dir`."
+    c = HiddenStateCache(src, verify=True)
+    header = {k: v for k, v in c.manifest.items() if k != "shards"} | {"complete": False, "shards": []}
+    def ids(chunk): return [c._read_rows(i, ["input_ids"])["input_ids"].numpy().tobytes() for i in chunk]
+    return write_cache(out_dir, header, range(len(c)), lambda chunk: [c[i] for i in chunk], ids, progress)

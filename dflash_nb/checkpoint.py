@@ -6,31 +6,21 @@ Docs: https://dflash-nb.github.io/dflash_nb/checkpoint.html.md"""
 
 # %% ../nbs/04_checkpoint.ipynb #b067cc6b
 from __future__ import annotations
-import hashlib, json, os, shutil
+import json, os, shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-import torch, torch.nn as nn
+import torch.nn as nn
 from safetensors import safe_open, SafetensorError
 from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
                                                      set_optimizer_state_dict)
 from .model import DFlashDraftModel, drafter_state_dict, read_drafter_tensors
-from .storage import atomic_write
+from .storage import atomic_write, plain_name, tensor_digest
 
 # %% auto #0
-__all__ = ['WHOLE_ON_RANK0', 'tensor_digest', 'weight_digest', 'CheckpointState', 'latest_checkpoint', 'save_checkpoint',
-           'read_training_state', 'load_checkpoint', 'checkpoint_weights', 'resume_changes', 'trainable_names',
-           'named_optimizer_state', 'numbered_optimizer_state', 'whole_weights', 'whole_optimizer_state',
-           'load_optimizer_state']
-
-# %% ../nbs/04_checkpoint.ipynb #4e9097d6
-def tensor_digest(tensors: dict) -> str:
-    "sha256 over named tensors: equal digests mean bit-identical tensors."
-    h = hashlib.sha256()
-    for k, v in sorted(tensors.items()):
-        h.update(k.encode())
-        h.update(v.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
+__all__ = ['WHOLE_ON_RANK0', 'weight_digest', 'CheckpointState', 'latest_checkpoint', 'save_checkpoint', 'read_training_state',
+           'load_checkpoint', 'checkpoint_weights', 'resume_changes', 'trainable_names', 'named_optimizer_state',
+           'numbered_optimizer_state', 'whole_weights', 'whole_optimizer_state', 'load_optimizer_state']
 
 # %% ../nbs/04_checkpoint.ipynb #9bdb3548
 def weight_digest(model: DFlashDraftModel) -> str:
@@ -51,7 +41,10 @@ class CheckpointState:
 def latest_checkpoint(out_dir) -> Path | None:
     "The last complete checkpoint directory under `out_dir`, if any."
     f = Path(out_dir) / "checkpoints" / "latest.json"
-    return f.parent / json.loads(f.read_text())["path"] if f.exists() else None
+    if not f.exists(): return None
+    d = json.loads(f.read_text())
+    fix = 'Write the name of one of its step-NNNNNNN directories into its "path".'
+    return f.parent / plain_name(d.get("path") if isinstance(d, dict) else None, f, fix)
 
 # %% ../nbs/04_checkpoint.ipynb #d2a14ec5
 def _json_writer(obj):
@@ -65,7 +58,8 @@ def _write_checkpoint(tmp: Path, model, tensors, sd: dict, st: CheckpointState):
     state = {k: v.detach().cpu().contiguous() for k, v in state.items()}
     atomic_write(tmp / "training_state.safetensors", lambda p: save_file(state, str(p)))
     meta = {"step": st.step, "world_size": st.world_size, "config": st.config,
-            "param_groups": sd["param_groups"], "rank_weight_digests": st.digests or []}
+            "param_groups": sd["param_groups"], "rank_weight_digests": st.digests or [],
+            "state_digest": tensor_digest(state)}
     atomic_write(tmp / "training_state.json", _json_writer(meta))
 
 # %% ../nbs/04_checkpoint.ipynb #d23d90e7
@@ -93,6 +87,10 @@ def read_training_state(path) -> dict:
     path = Path(path)
     st = json.loads((path / "training_state.json").read_text())
     with safe_open(str(path / "training_state.safetensors"), "pt") as f: t = {k: f.get_tensor(k) for k in f.keys()}
+    if st.get("state_digest") not in (None, tensor_digest(t)):
+        raise ValueError(f"{path / 'training_state.safetensors'}: its sha256 differs from the one training_state.json "
+                         "recorded when it was written, so the file was damaged. Delete this checkpoint and point "
+                         "checkpoints/latest.json at the previous step to resume from there.")
     state = {}
     for k, v in t.items():
         if not k.startswith("opt."): continue
@@ -112,13 +110,7 @@ def load_checkpoint(path, model: DFlashDraftModel, opt) -> dict:
 # %% ../nbs/04_checkpoint.ipynb #e9ab6370
 def checkpoint_weights(ck: Path) -> dict:
     "Training checkpoint `ck`'s drafter tensors, checked against the digest recorded when they were written."
-    tensors = read_drafter_tensors(ck)
-    want = json.loads((Path(ck) / "training_state.json").read_text())["rank_weight_digests"]
-    if want and tensor_digest(tensors) != want[0]:
-        raise ValueError(f"{ck} does not hold the weights written at step {Path(ck).name}: their sha256 differs from "
-                         "the one in training_state.json, so its files were damaged. Delete it and point "
-                         "checkpoints/latest.json at the previous step to resume from there.")
-    return tensors
+    return read_drafter_tensors(ck)
 
 # %% ../nbs/04_checkpoint.ipynb #7ff423bc
 def resume_changes(ck, config: dict, defaults: dict, world: int, free=()) -> dict:

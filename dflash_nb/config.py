@@ -550,7 +550,7 @@ TRAIN_RANGES = {
     "steps": Range(0, note="0: as many as epochs give"), "max_new_tokens": Range(1, note="online response length"),
     "log_every": Range(1, note="steps between records"), "save_every": Range(1, note="steps between checkpoints"),
     "lr": Range(0, 1, lo_open=True, note="the peak learning rate; 6e-4 is the default"),
-    "warmup": Range(0, 1, hi_open=True, note="a fraction of the steps, e.g. 0.04"),
+    "warmup": Range(0, 1, note="a fraction of the steps, e.g. 0.04"),
     "weight_decay": Range(0, 1, note="decoupled weight decay; 0 is the default"),
     "grad_clip": Range(0, lo_open=True, note="the max gradient norm per group; 1.0 is the default"),
     "max_len": Range(0, note="tokens per sample, 0: no truncation"),

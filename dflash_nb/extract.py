@@ -148,6 +148,7 @@ def _ids_identity(chunk: list[dict]) -> list[bytes]:
 # %% ../nbs/03a_extract.ipynb #42d97cbc
 def extract_to_cache(target, samples, out_dir, layout, batch_size: int = 8, progress: bool = False) -> Path:
     "Extract the taps (and `final`) of `samples` (records: input_ids, loss_mask) into a resumable cache at `out_dir`."
+    if batch_size < 1: raise ValueError(f"batch_size={batch_size}: give 1 or more sequences per forward.")
     lay = CacheLayout.of(layout)
     lay = dataclasses.replace(lay, tap_ids=check_tap_ids(lay.tap_ids, target.num_layers))
     header = cache_header(target.name, target.config_hash, target.num_layers, target.hidden_size, lay)
@@ -325,6 +326,12 @@ def _drop_torn_tail(path: Path):
     if (keep := data.rfind(b"\n") + 1) < len(data):
         with open(path, "rb+") as f: f.truncate(keep)
 
+# %% ../nbs/03a_extract.ipynb #cf469098
+def _answered(path: Path) -> bool:
+    "Whether responses file `path` holds at least one complete record."
+    if not path.exists(): return False
+    with open(path, "rb") as f: return f.readline().endswith(b"\n")
+
 # %% ../nbs/03a_extract.ipynb #c9adcee6
 def _check_unkeyed(path: Path, records: list, target, prompts: list, chat: bool) -> list:
     "The records of a responses file without a key file, if they answer `prompts`; warns that the rest is unchecked."
@@ -344,9 +351,10 @@ def _check_unkeyed(path: Path, records: list, target, prompts: list, chat: bool)
 _KEY_BEFORE = {"dtype": "float32"}   # what older key files leave out: extraction ran in float32 then
 
 def _resume_responses(path: Path, key: dict, target, prompts: list, chat: bool) -> list:
-    "The responses in `path` if its key file matches `key` (new key file if none); else an error naming what differs."
+    "The responses in `path` if its key file matches `key` (a new key file if none is answered yet); else an error."
     kp = _key_path(path)
-    if not path.exists():
+    if not _answered(path):                   # nothing answered: any key there is from a run that never happened
+        if path.exists(): _drop_torn_tail(path)
         atomic_write(kp, lambda p: p.write_text(json.dumps(key)))
         return []
     if not kp.exists(): return _check_unkeyed(path, read_responses(path), target, prompts, chat)
@@ -417,15 +425,19 @@ def extract_parser() -> argparse.ArgumentParser:
 def _extract(a) -> Path:
     from dflash_nb.config import default_target_layer_ids
     from dflash_nb.target import load_target
+    for flag, n, what in (("--batch-size", a.batch_size, "sequences per forward"),
+                          ("--max-new-tokens", a.max_new_tokens, "tokens per response")):
+        if n < 1: raise ValueError(f"{flag} {n}: give 1 or more {what}.")
+    hidden_state_index(0, a.convention)
     prompts, out = read_prompt_file(a.prompts), Path(a.out)
     device = "cuda" if a.device == "auto" and torch.cuda.is_available() else "cpu" if a.device == "auto" else a.device
     dtype = a.target_dtype or ("bfloat16" if device.startswith("cuda") else "float32")
     target = load_target(a.target, backend=a.backend, dtype=dtype, device=device)
+    taps = check_tap_ids(a.taps or default_target_layer_ids(target.num_layers), target.num_layers)
+    layout = CacheLayout(taps, a.convention, CACHE_DTYPES[a.dtype], store_final=not a.no_final)
     out.mkdir(parents=True, exist_ok=True)
     samples = cached_responses(target, prompts, out / "responses.jsonl", a.max_new_tokens, a.batch_size,
                                chat=not a.raw_prompts)
-    taps = a.taps or default_target_layer_ids(target.num_layers)
-    layout = CacheLayout(taps, a.convention, CACHE_DTYPES[a.dtype], store_final=not a.no_final)
     path = extract_to_cache(target, samples, out / "cache", layout, batch_size=a.batch_size, progress=True)
     print(f"cache: {path} ({len(samples)} samples, taps {taps})")
     return path

@@ -18,7 +18,7 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 from .config import DFlashConfig, read_hub_config, fc_tap_ids
 from .dflash2 import DynamicConv, CandidateSelector, unary_scores
-from .storage import atomic_write
+from .storage import atomic_write, plain_name, tensor_digest
 
 # %% auto #0
 __all__ = ['ATTN_IMPLS', 'SHARED_PREFIXES', 'rms_norm', 'RMSNorm', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope', 'SwiGLU',
@@ -474,23 +474,48 @@ def save_pretrained(self: DFlashDraftModel, path: str | Path, max_shard_bytes: i
     return path
 
 # %% ../nbs/01_model.ipynb #57839e44
+def _weight_files(path: Path) -> list[Path]:
+    "The safetensors files of hub checkpoint directory `path`: its single file, or those its index names."
+    if (path / "model.safetensors").exists(): return [path / "model.safetensors"]
+    if not (f := path / "model.safetensors.index.json").exists():
+        raise FileNotFoundError(f"No model.safetensors or model.safetensors.index.json in {path}; "
+                                "DFlash checkpoints must be safetensors (pickled .bin/.pt files are never loaded).")
+    names = sorted(set(json.loads(f.read_text())["weight_map"].values()))
+    return [path / plain_name(n, f, "Re-save or re-download the checkpoint.") for n in names]
+
+# %% ../nbs/01_model.ipynb #bf13642c
 def read_drafter_tensors(path: str | Path) -> dict:
-    "All tensors of a hub checkpoint directory (single file or sharded with an index), safetensors only."
-    path = Path(path)
-    if (path / "model.safetensors").exists(): files = [path / "model.safetensors"]
-    elif (path / "model.safetensors.index.json").exists():
-        index = json.loads((path / "model.safetensors.index.json").read_text())
-        files = [path / f for f in sorted(set(index["weight_map"].values()))]
-    else: raise FileNotFoundError(f"No model.safetensors or model.safetensors.index.json in {path}; "
-                                  "DFlash checkpoints must be safetensors (pickled .bin/.pt files are never loaded).")
-    out = {}
-    for f in files:
+    "All tensors of a hub checkpoint directory (single file or sharded with an index), safetensors only, checked."
+    path, out = Path(path), {}
+    for f in _weight_files(path):
         try:
             with safe_open(str(f), framework="pt") as sf: out.update({k: sf.get_tensor(k) for k in sf.keys()})
         except (SafetensorError, OSError) as e:
             raise ValueError(f"Checkpoint file {f} is missing or damaged ({e}): re-save or re-download the checkpoint "
                              "(a training run resumes from its previous checkpoint once this one is deleted).") from e
-    return out
+    return _check_weights(path, out)
+
+# %% ../nbs/01_model.ipynb #38f7b32a
+def _recorded_digest(path: Path) -> str | None:
+    "The weight digest a training checkpoint's `training_state.json` records (rank 0's), if any."
+    f = path / "training_state.json"
+    if not f.exists(): return None
+    try: want = json.loads(f.read_text()).get("rank_weight_digests")
+    except (json.JSONDecodeError, AttributeError):
+        raise ValueError(f"{f} is not a JSON object: the checkpoint is damaged; use the previous one.") from None
+    return want[0] if isinstance(want, list) and want else None
+
+# %% ../nbs/01_model.ipynb #11bd3e6f
+def _check_weights(path: Path, tensors: dict) -> dict:
+    "`tensors`, unless their digest differs from the recorded one or a floating-point tensor is not finite."
+    if (want := _recorded_digest(path)) is not None and tensor_digest(tensors) != want:
+        raise ValueError(f"{path} does not hold the weights written at {path.name}: their sha256 differs from the one in "
+                         "training_state.json, so its files were damaged. Delete it and use (or resume from) the "
+                         "previous checkpoint.")
+    if bad := [k for k, v in tensors.items() if v.is_floating_point() and not torch.isfinite(v).all()]:
+        raise ValueError(f"{path}: tensor {bad[0]!r} holds NaN or inf values{f' (and {bad[1:4]})' if bad[1:] else ''}: "
+                         "these weights are broken (a diverged run?); load an earlier checkpoint.")
+    return tensors
 
 # %% ../nbs/01_model.ipynb #1fa6e4f8
 def infer_fusion(fc_width: int, hidden_size: int, target_layer_ids: list[int], recorded: str | None = None) -> str:

@@ -1,5 +1,6 @@
-"""One way to write a file all-or-nothing, a file checksum, and an early check that an output directory can take
-what will be written. Every module that writes a file the workbench reads back uses these.
+"""One way to write a file all-or-nothing, with the user's file mode; file and tensor digests; a check that a name read
+from a file stays in its directory; and an early check that an output directory can take what will be written.
+Every module that writes a file the workbench reads back uses these.
 
 Docs: https://dflash-nb.github.io/dflash_nb/storage.html.md"""
 
@@ -7,11 +8,12 @@ Docs: https://dflash-nb.github.io/dflash_nb/storage.html.md"""
 
 # %% ../nbs/00a_storage.ipynb #b8559b4f
 from __future__ import annotations
-import hashlib, os, shutil
+import hashlib, os, re, shutil
 from pathlib import Path
+import torch
 
 # %% auto #0
-__all__ = ['atomic_write', 'file_sha256', 'check_output_dir']
+__all__ = ['new_file_mode', 'atomic_write', 'file_sha256', 'tensor_digest', 'plain_name', 'check_output_dir']
 
 # %% ../nbs/00a_storage.ipynb #166456a4
 def _fsync_dir(path: Path):
@@ -19,13 +21,23 @@ def _fsync_dir(path: Path):
     try: os.fsync(fd)
     finally: os.close(fd)
 
+# %% ../nbs/00a_storage.ipynb #c42dfe24
+def new_file_mode() -> int:
+    "The mode a new file gets in this process: `0o666` less the umask (read from /proc, so no thread sees it changed)."
+    try: mask = int(re.search(r"Umask:\s*([0-7]+)", Path("/proc/self/status").read_text())[1], 8)
+    except (OSError, TypeError):   # no /proc: set and restore the umask to read it
+        mask = os.umask(0o22)
+        os.umask(mask)
+    return 0o666 & ~mask
+
 # %% ../nbs/00a_storage.ipynb #e318f207
 def atomic_write(path, write) -> Path:
-    "Write `path` all-or-nothing: `write(tmp)` to a temp file beside it, fsync, `os.replace`, fsync the directory."
+    "Write `path` all-or-nothing with the user's file mode: `write(tmp)` to a temp file beside it, fsync, `os.replace`."
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:
         write(tmp)
+        os.chmod(tmp, new_file_mode())
         with open(tmp, "rb+") as f: os.fsync(f.fileno())
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -41,6 +53,22 @@ def file_sha256(path, chunk: int = 1 << 24) -> str:
     with open(path, "rb") as f:
         while b := f.read(chunk): h.update(b)
     return h.hexdigest()
+
+# %% ../nbs/00a_storage.ipynb #f38b45f9
+def tensor_digest(tensors: dict) -> str:
+    "sha256 over named tensors: equal digests mean bit-identical tensors."
+    h = hashlib.sha256()
+    for k, v in sorted(tensors.items()):
+        h.update(k.encode())
+        h.update(v.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())   # no copy of the bytes
+    return h.hexdigest()
+
+# %% ../nbs/00a_storage.ipynb #e053212c
+def plain_name(name, where, fix: str) -> str:
+    "`name` if it is a plain file name (no directory part, not `.`/`..`); else a ValueError naming `where` and `fix`."
+    if isinstance(name, str) and name not in ("", ".", "..") and not re.search(r"[/\\\0]", name): return name
+    raise ValueError(f"{where} names {name!r}, which is not a plain file name inside its directory: the file is "
+                     f"damaged or hostile, and nothing outside the directory is read. {fix}")
 
 # %% ../nbs/00a_storage.ipynb #acdb0ee7
 def check_output_dir(path, need_bytes: int = 0) -> Path:

@@ -44,7 +44,7 @@ def test_dimension_errors_are_clear(bad, msg):
     with pytest.raises(ValueError, match=msg): DFlashConfig(**bad)
 
 
-NUMERIC = {"lr": st.sampled_from([-1.0, 0.0, 1e-9, 3e-3, 1.0, 5.0]), "warmup": st.sampled_from([-0.1, 0.0, 0.5, 0.99, 1.0, 50.0]),
+NUMERIC = {"lr": st.sampled_from([-1.0, 0.0, 1e-9, 3e-3, 1.0, 5.0]), "warmup": st.sampled_from([-0.1, 0.0, 0.5, 1.0, 1.5, 50.0]),
            "grad_clip": st.sampled_from([-1.0, 0.0, 1e-6, 1.0]), "weight_decay": st.sampled_from([-0.1, 0.0, 0.1, 2.0]),
            "steps": st.sampled_from([-3, 0, 1, 2]), "max_len": st.sampled_from([-20, 0, 5, 12]),
            "noise_std": st.sampled_from([-0.1, 0.0, 0.3, 20.0]), "streak": st.sampled_from([-1.0, 0.0, 1.0]),
