@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 from tqdm.auto import tqdm
 from fastcore.basics import patch
 from .config import TAP_CONVENTION, TAP_CONVENTIONS, hidden_state_index
-from .storage import atomic_write, check_output_dir, file_sha256, plain_name
+from .storage import atomic_write, check_output_dir, file_sha256, plain_name, writer_lock
 
 # %% auto #0
 __all__ = ['CACHE_FORMAT', 'CACHE_VERSION', 'MANIFEST', 'CACHE_DTYPES', 'TABLE_KEY', 'MANIFEST_FIELDS', 'SHARD_FIELDS',
@@ -286,22 +286,22 @@ def write_cache(out_dir, header: dict, samples, make_records, identity, progress
     if (first := next(chunks, None)) is None:
         raise ValueError(f"No samples to write into {out_dir}: nothing was written (an empty prompt file or list?).")
     out_dir = check_output_dir(out_dir, header["hidden_size"] * len(header["tap_ids"]) * 2 * 4096)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for t in out_dir.glob("*.tmp"): t.unlink()
-    m, i = _resume_manifest(out_dir, header), -1
-    done = {e["index"]: e for e in m["shards"]}
-    for i, chunk in enumerate(tqdm(chain([first], chunks), disable=not progress, unit="shard")):
-        digest = _digest(identity(chunk))
-        if i in done and done[i]["samples"] != digest:
-            raise ValueError(f"{out_dir}: shard {i} was made from other samples; extract into a fresh directory.")
-        if i in done: continue
-        entry = _write_or_explain(out_dir, i, make_records(chunk), m, digest)
-        m["shards"] = sorted(m["shards"] + [entry], key=lambda e: e["index"])
-        _write_manifest(out_dir, m)
-        release_freed_memory()
-    if extra := sorted(k for k in done if k > i):
-        raise ValueError(f"{out_dir} holds shards {extra} beyond the samples given; extract into a fresh directory.")
-    _write_manifest(out_dir, m | {"complete": True})
+    with writer_lock(out_dir, "cache directory"):
+        for t in out_dir.glob("*.tmp"): t.unlink()          # a killed writer's leftovers: no one else writes here
+        m, i = _resume_manifest(out_dir, header), -1
+        done = {e["index"]: e for e in m["shards"]}
+        for i, chunk in enumerate(tqdm(chain([first], chunks), disable=not progress, unit="shard")):
+            digest = _digest(identity(chunk))
+            if i in done and done[i]["samples"] != digest:
+                raise ValueError(f"{out_dir}: shard {i} was made from other samples; extract into a fresh directory.")
+            if i in done: continue
+            entry = _write_or_explain(out_dir, i, make_records(chunk), m, digest)
+            m["shards"] = sorted(m["shards"] + [entry], key=lambda e: e["index"])
+            _write_manifest(out_dir, m)
+            release_freed_memory()
+        if extra := sorted(k for k in done if k > i):
+            raise ValueError(f"{out_dir} holds shards {extra} beyond the samples given; extract into a fresh directory.")
+        _write_manifest(out_dir, m | {"complete": True})
     return out_dir
 
 # %% ../nbs/03_cache.ipynb #9538dadf

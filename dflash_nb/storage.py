@@ -9,11 +9,14 @@ Docs: https://dflash-nb.github.io/dflash_nb/storage.html.md"""
 # %% ../nbs/00a_storage.ipynb #b8559b4f
 from __future__ import annotations
 import hashlib, os, re, shutil
+from contextlib import contextmanager
 from pathlib import Path
+from filelock import FileLock, Timeout
 import torch
 
 # %% auto #0
-__all__ = ['new_file_mode', 'atomic_write', 'file_sha256', 'tensor_digest', 'plain_name', 'check_output_dir']
+__all__ = ['LOCK_NAME', 'new_file_mode', 'atomic_write', 'file_sha256', 'tensor_digest', 'plain_name', 'check_output_dir',
+           'writer_lock']
 
 # %% ../nbs/00a_storage.ipynb #166456a4
 def _fsync_dir(path: Path):
@@ -34,7 +37,7 @@ def new_file_mode() -> int:
 def atomic_write(path, write) -> Path:
     "Write `path` all-or-nothing with the user's file mode: `write(tmp)` to a temp file beside it, fsync, `os.replace`."
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")       # this writer's own: another's is left alone
     try:
         write(tmp)
         os.chmod(tmp, new_file_mode())
@@ -84,3 +87,19 @@ def check_output_dir(path, need_bytes: int = 0) -> Path:
         raise OSError(f"{probe} has {free / 2**20:.0f} MiB free, the output needs about {need_bytes / 2**20:.0f} MiB: "
                       "free space or choose another disk. Nothing was written.")
     return path
+
+# %% ../nbs/00a_storage.ipynb #ddba343e
+LOCK_NAME = ".dflash.lock"
+
+@contextmanager
+def writer_lock(directory, what: str = "output directory"):
+    "Hold `directory`'s writer lock in the block (creating the directory); a second writer is refused in one line."
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(d / LOCK_NAME)
+    try: lock.acquire(timeout=0)
+    except Timeout:
+        raise ValueError(f"{d} is being written by another process (it holds {d / LOCK_NAME}): wait for it to "
+                         f"finish, or choose another {what}.") from None
+    try: yield d
+    finally: lock.release()

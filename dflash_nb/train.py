@@ -8,6 +8,7 @@ Docs: https://dflash-nb.github.io/dflash_nb/train.html.md"""
 # %% ../nbs/04a_train.ipynb #0c323a37
 from __future__ import annotations
 import argparse, json, math, os, time
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 from fastcore.basics import patch
@@ -17,7 +18,7 @@ import torch, torch.nn as nn
 import torch.distributed as dist
 from .config import DFlashConfig, TrainConfig, DEFAULT_ROPE_THETA, load_train_config
 from .model import DFlashDraftModel, read_drafter_tensors
-from .storage import check_output_dir
+from .storage import check_output_dir, writer_lock
 from .cache import HiddenStateCache, check_compatible
 from .checkpoint import (CheckpointState, save_checkpoint, latest_checkpoint, read_training_state,
                                   checkpoint_weights, resume_changes, tensor_digest, whole_weights,
@@ -60,19 +61,20 @@ class Trainer:
         "Step until `total` (or `stop_after` steps, a simulated kill), logging and checkpointing on schedule."
         show = self.cfg.progress and self.rank == 0
         if show: print(self.describe(), flush=True)
-        self.callback("before_fit")
-        bar = tqdm(total=self.total, initial=self.step, disable=not show, desc="train")
-        while self.step < self.total:
-            sums = self.one_step()
-            bar.update()
-            if self.callback("record_due", self.due(self.cfg.log_every)):
-                rec = self.record(sums)
-                bar.set_postfix(loss=f"{rec['loss']:.3f}", tau=f"{rec['tau_est']:.2f}")
-                if self.rank == 0: self.log(rec)
-            if self.due(self.cfg.save_every): self.save()
-            if stop_after and self.step >= stop_after: break
-        self.check_finite()
-        bar.close()
+        with writer_lock(self.out, "out_dir") if self.rank == 0 else nullcontext():   # one run writes here at a time
+            self.callback("before_fit")
+            bar = tqdm(total=self.total, initial=self.step, disable=not show, desc="train")
+            while self.step < self.total:
+                sums = self.one_step()
+                bar.update()
+                if self.callback("record_due", self.due(self.cfg.log_every)):
+                    rec = self.record(sums)
+                    bar.set_postfix(loss=f"{rec['loss']:.3f}", tau=f"{rec['tau_est']:.2f}")
+                    if self.rank == 0: self.log(rec)
+                if self.due(self.cfg.save_every): self.save()
+                if stop_after and self.step >= stop_after: break
+            self.check_finite()
+            bar.close()
         return latest_checkpoint(self.out)
 
     def one_step(self) -> dict:
