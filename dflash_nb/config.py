@@ -491,6 +491,7 @@ class TrainConfig:
     epochs: int = 1                   # passes over the data (when steps is 0)
     steps: int = 0                    # 0: as many as `epochs` give
     max_len: int = 0                  # 0: no truncation
+    verify_cache: bool = True         # check each cache sample against its digest on first read (False: verified elsewhere)
     bucket_batches: int = 16          # batches per length-sorted bucket
     seed: int = 0                     # everything random (batches, anchors, noise, init) derives from it
     log_every: int = 10               # steps between metrics.jsonl records

@@ -529,6 +529,8 @@ def eval_parser() -> argparse.ArgumentParser:
                     help="attention semantics: as configured, or an override (bidirectional, causal, full)")
     ap.add_argument("--limit", type=int, default=0, help="evaluate only the first N samples (0: all)")
     add_sampling_options(ap)
+    ap.add_argument("--no-verify", action="store_true", help="read the cache without checking each sample against "
+                    "its digest (for storage verified elsewhere; also DFLASH_NB_VERIFY_CACHE=0)")
     ap.add_argument("--out", default="eval.json", help="JSON file to write (default: eval.json)")
     return ap
 
@@ -556,7 +558,8 @@ def _evaluate(a: argparse.Namespace) -> list:
                          "give a file path in an existing directory.")
     check_output_dir(out.parent)
     sampling = eval_sampling(a)
-    cache, target = HiddenStateCache(a.cache), load_target_heads(a.target, dtype=a.target_dtype)
+    cache = HiddenStateCache(a.cache, verify=False if a.no_verify else None)   # None: verified unless the env says no
+    target = load_target_heads(a.target, dtype=a.target_dtype)
     idx = range(min(a.limit, len(cache))) if a.limit else None
     models = load_drafters(dict(zip(a.names, a.checkpoint)) if a.names else a.checkpoint, target.model, a.attention)
     rows, results, _ = compare(models, cache, target.model, tuple(a.budgets), idx, ("describe", "progress"), sampling)

@@ -354,7 +354,7 @@ def init_final_norm(model: DFlashDraftModel, target_norm: nn.Module, how: str) -
 def load_run_inputs(cfg: TrainConfig, device: torch.device, rank: int, world: int, target=None, data=None) -> tuple:
     "(target, data, drafter config) of `cfg`'s run: loaded unless given."
     from dflash_nb.target import load_target, load_target_heads
-    data = HiddenStateCache(cfg.cache) if data is None and cfg.cache else data
+    data = HiddenStateCache(cfg.cache, verify=None if cfg.verify_cache else False) if data is None and cfg.cache else data
     if target is None and data is not None: target = load_target_heads(cfg.target, device=device)
     if target is None:                                                       # online: the run runs the target
         dtype = torch.bfloat16 if device.type == "cuda" and cfg.bf16 else torch.float32
@@ -366,7 +366,7 @@ def load_run_inputs(cfg: TrainConfig, device: torch.device, rank: int, world: in
 
 # %% ../nbs/04a_train.ipynb #feff6fa6
 RESUME_FREE = ("out_dir", "cache", "prompts", "target", "progress", "log_every", "save_every", "device",
-               "slot_grads_every", "loss_chunk")
+               "slot_grads_every", "loss_chunk", "verify_cache")
 
 def checkpoint_to_resume(cfg: TrainConfig, world: int) -> Path | None:
     "The latest checkpoint in `out_dir`, if any; a ValueError naming the fields if it was made with other settings."
