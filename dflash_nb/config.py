@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields, asdict, replace
 from pathlib import Path
 from fastcore.basics import patch
 from transformers import Qwen3Config
-from .storage import atomic_write
+from .storage import atomic_write, read_json
 from .cli import check_keys, read_settings
 
 # %% auto #0
@@ -440,7 +440,7 @@ def read_hub_config(path: str | Path) -> dict:
     "The raw `config.json` dict of checkpoint directory `path`."
     f = Path(path) / "config.json"
     if not f.exists(): raise FileNotFoundError(f"No config.json in {path}: point at a DFlash checkpoint directory.")
-    return json.loads(f.read_text())
+    return read_json(f, "checkpoint config")
 
 # %% ../nbs/00_config.ipynb #69f79ff0
 def hub_field_table() -> list[dict]:

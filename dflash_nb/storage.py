@@ -8,15 +8,15 @@ Docs: https://dflash-nb.github.io/dflash_nb/storage.html.md"""
 
 # %% ../nbs/00a_storage.ipynb #b8559b4f
 from __future__ import annotations
-import hashlib, os, re, shutil
+import hashlib, json, os, re, shutil
 from contextlib import contextmanager
 from pathlib import Path
 from filelock import FileLock, Timeout
 import torch
 
 # %% auto #0
-__all__ = ['LOCK_NAME', 'new_file_mode', 'atomic_write', 'file_sha256', 'tensor_digest', 'plain_name', 'check_output_dir',
-           'writer_lock']
+__all__ = ['LOCK_NAME', 'new_file_mode', 'atomic_write', 'file_sha256', 'read_json', 'tensor_digest', 'plain_name',
+           'check_output_dir', 'writer_lock']
 
 # %% ../nbs/00a_storage.ipynb #166456a4
 def _fsync_dir(path: Path):
@@ -56,6 +56,14 @@ def file_sha256(path, chunk: int = 1 << 24) -> str:
     with open(path, "rb") as f:
         while b := f.read(chunk): h.update(b)
     return h.hexdigest()
+
+# %% ../nbs/00a_storage.ipynb #b7a217d6
+def read_json(path, what: str = "file"):
+    "The JSON in file `path`; a parse error is a ValueError naming the file, the line and column, and `what` it is."
+    try: return json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}, line {e.lineno} column {e.colno}: not valid JSON ({e.msg}); this {what} is "
+                         "damaged: restore it or write it again.") from None
 
 # %% ../nbs/00a_storage.ipynb #f38b45f9
 def tensor_digest(tensors: dict) -> str:

@@ -15,6 +15,7 @@ from fastcore.basics import patch
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers import LlamaConfig, Qwen3Config, Qwen3_5TextConfig
+from .storage import read_json
 
 # %% auto #0
 __all__ = ['TRANSIENT_CONFIG_KEYS', 'LINEAR_KERNEL_NAMES', 'LINEAR_BACKENDS', 'TINY_KINDS', 'DTYPES', 'TOKENIZER_FILES',
@@ -218,7 +219,7 @@ def recorded_dtype(config: dict) -> torch.dtype:
 
 def checkpoint_dtype(path) -> torch.dtype:
     "The dtype the HF checkpoint in `path` records in its config.json (float32 if none)."
-    return recorded_dtype(json.loads((Path(path) / "config.json").read_text()))
+    return recorded_dtype(read_json(Path(path) / "config.json", "target config"))
 
 # %% ../nbs/02_target.ipynb #b0d0304b
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
