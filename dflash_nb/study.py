@@ -132,8 +132,11 @@ def validate(self: StudyConfig) -> StudyConfig:
     if self.launcher not in LAUNCHERS: raise ValueError(f"launcher={self.launcher!r} is not one of {LAUNCHERS}.")
     if not isinstance(self.variants, dict) or not self.variants:
         raise ValueError("variants is empty: name at least one, e.g. `variants: {baseline: {}, kl: {loss: kl}}`.")
-    if not isinstance(self.seeds, list) or not self.seeds or len(set(self.seeds)) != len(self.seeds):
-        raise ValueError(f"seeds={self.seeds!r} must be a non-empty list of distinct integers.")
+    if (not isinstance(self.seeds, list) or not self.seeds or len(set(self.seeds)) != len(self.seeds)
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in self.seeds)):
+        raise ValueError(f"seeds={self.seeds!r} must be a non-empty list of distinct integers >= 0.")
+    if not isinstance(self.eval_limit, int) or self.eval_limit < 0:
+        raise ValueError(f"eval_limit={self.eval_limit!r} must be an integer >= 0 (0: every held-out sample).")
     if not all(isinstance(b, int) and b >= 1 for b in self.budgets):
         raise ValueError(f"budgets={self.budgets!r} must be positive integers (DDTree node budgets).")
     if self.launcher == "torchrun" and not self.cache:
