@@ -550,6 +550,9 @@ def _evaluate(a: argparse.Namespace) -> list:
     if a.names and len(a.names) != len(a.checkpoint):
         raise ValueError(f"--names gives {len(a.names)} labels for {len(a.checkpoint)} checkpoints; "
                          "give one per checkpoint.")
+    if bad := [b for b in a.budgets if b < 1]:
+        raise ValueError(f"--budgets {bad}: a DDTree budget is a number of nodes >= 1 (e.g. 8 15).")
+    if a.limit < 0: raise ValueError(f"--limit {a.limit}: give a number of samples >= 1, or 0 for all.")
     if a.names and (twice := [n for n in a.names if a.names.count(n) > 1]):
         raise ValueError(f"--names gives {twice[0]!r} twice: give each drafter its own label.")
     out = Path(a.out)
