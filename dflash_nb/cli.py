@@ -1,4 +1,4 @@
-"""What every `dflash-*` command shares: a refused input ends it with one line and exit status 1.
+"""What every `dflash-*` command shares: a refused input ends it with one line and exit status 2.
 
 Docs: https://dflash-nb.github.io/dflash_nb/cli.html.md"""
 
@@ -19,11 +19,11 @@ REFUSED = (ValueError, OSError, yaml.YAMLError)   # refused inputs: bad settings
 
 @contextmanager
 def refusals(prog: str, *also: type[BaseException]):
-    "In the block, a refused input (`REFUSED`, or `also`) ends command `prog` with one line on stderr and exit status 1."
+    "In the block, a refused input (`REFUSED`, or `also`) ends command `prog` with one line on stderr and exit status 2."
     try: yield
     except (*REFUSED, *also) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
-        raise SystemExit(1) from None
+        raise SystemExit(2) from None
 
 # %% ../nbs/00b_cli.ipynb #0d36fe23
 def exit_status(main, argv: list[str]) -> tuple[int, str]:

@@ -519,7 +519,7 @@ def demo_parser() -> argparse.ArgumentParser:
 
 # %% ../nbs/10_demo.ipynb #b2e0d006
 def demo_main(argv=None) -> None:
-    "Entry point of `dflash-demo`: prints the report's path (exit 0); a refused input exits 1 with a one-line message."
+    "Entry point of `dflash-demo`: prints the report's path (exit 0); a refused input exits 2 with a one-line message."
     a = demo_parser().parse_args(argv)
     cfg = quick_demo_config() if a.quick else DemoConfig()
     with refusals("dflash-demo"):

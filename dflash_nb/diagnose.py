@@ -434,7 +434,7 @@ def diagnose_parser() -> argparse.ArgumentParser:
     return ap
 
 def diagnose_main(argv=None) -> None:
-    "Entry point of `dflash-diagnose`: None (exit 0) on success; a refused input exits 1 with a one-line message."
+    "Entry point of `dflash-diagnose`: None (exit 0) on success; a refused input exits 2 with a one-line message."
     from dflash_nb.target import load_target_heads, load_target
     a = diagnose_parser().parse_args(argv)
     with refusals("dflash-diagnose"):

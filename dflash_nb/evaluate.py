@@ -572,6 +572,6 @@ def _evaluate(a: argparse.Namespace) -> list:
 
 # %% ../nbs/06_evaluate.ipynb #e8583f3e
 def eval_main(argv=None) -> None:
-    "Entry point of `dflash-eval`: None (exit 0) on success; a refused input exits 1 with a one-line message."
+    "Entry point of `dflash-eval`: None (exit 0) on success; a refused input exits 2 with a one-line message."
     a = eval_parser().parse_args(argv)
     with refusals("dflash-eval"): _evaluate(a)

@@ -444,7 +444,7 @@ def _extract(a) -> Path:
 
 # %% ../nbs/03a_extract.ipynb #2be62d96
 def extract_main(argv=None) -> None:
-    "Entry point of `dflash-extract`: None (exit 0) on success; a bad input exits 1 with a one-line message."
+    "Entry point of `dflash-extract`: None (exit 0) on success; a bad input exits 2 with a one-line message."
     a = extract_parser().parse_args(argv)
     with refusals("dflash-extract"): _extract(a)
 
@@ -495,7 +495,7 @@ def _import(a):
 
 # %% ../nbs/03a_extract.ipynb #0365eb79
 def import_main(argv=None) -> None:
-    "Entry point of `dflash-import`: None (exit 0) on success; a bad input exits 1 with a one-line message."
+    "Entry point of `dflash-import`: None (exit 0) on success; a bad input exits 2 with a one-line message."
     a = import_parser().parse_args(argv)
     with refusals("dflash-import"), warnings.catch_warnings():
         warnings.simplefilter("always")

@@ -821,7 +821,7 @@ def _cli_plan(a: argparse.Namespace) -> Plan:
     return plan(cfg, hf, m, spec, alternatives=not a.no_alternatives)
 
 def plan_main(argv=None) -> None:
-    "Entry point of `dflash-plan`: prints the plan (exit 0); a refused input exits 1 with a one-line message."
+    "Entry point of `dflash-plan`: prints the plan (exit 0); a refused input exits 2 with a one-line message."
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = plan_parser()
     a = ap.parse_args(header_args(ap.parse_args(argv).config) + argv)

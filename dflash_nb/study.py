@@ -621,7 +621,7 @@ def study_parser() -> argparse.ArgumentParser:
 
 # %% ../nbs/12_recipe_study.ipynb #cbe9e0c5
 def study_main(argv=None) -> None:
-    "Entry point of `dflash-study`: None (exit 0) after writing the report; a refused input or failed run exits 1."
+    "Entry point of `dflash-study`: None (exit 0) after writing the report; a refused input or failed run exits 2."
     from dflash_nb.launch import LaunchFailed
     a = study_parser().parse_args(argv)
     with refusals("dflash-study", LaunchFailed):

@@ -492,7 +492,7 @@ def check_fits(cfg: TrainConfig) -> None:
 
 # %% ../nbs/04a_train.ipynb #da72e5c5
 def train_main(argv=None) -> None:
-    "Entry point of `dflash-train`: None (exit 0) after training; a refused input exits 1 in one line; a failure raises."
+    "Entry point of `dflash-train`: None (exit 0) after training; a refused input exits 2 in one line; a failure raises."
     a = train_parser().parse_args(argv)
     with refusals("dflash-train"):
         if cmd := relaunch_command(a): os.execv(cmd[0], cmd)     # several processes or machines: torchrun takes over

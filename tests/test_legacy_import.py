@@ -44,9 +44,9 @@ def test_extract_exits_0_on_success(target_dir, tmp_path):
     assert len(HiddenStateCache(tmp_path / "out")) == 3
 
 
-def test_extract_exits_1_on_bad_input(target_dir, tmp_path):
+def test_extract_exits_2_on_bad_input(target_dir, tmp_path):
     r = run("extract_main", ["--target", target_dir, "--prompts", tmp_path / "none.jsonl", "--out", tmp_path / "out"])
-    assert r.returncode == 1
+    assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [f"dflash-extract: error: No prompt file at {tmp_path / 'none.jsonl'}: "
                                              'give a JSON-lines file of {"id", "prompt"} rows.']
 
@@ -65,7 +65,7 @@ def test_import_exit_codes(target_dir, tmp_path):
     assert not any("Traceback" in l or str(tmp_path / "c") in l for l in noise_free(ok.stderr)), ok.stderr
     assert ok.stdout.splitlines()[0] == f"cache: {tmp_path / 'c'} (2 samples, taps [1, 2, 3, 5], target {tq3.config_hash})"
     bad = run("import_main", ["--src", src, "--out", tmp_path / "d", "--aux-layers", 1, 2, 3, "--last-hidden", "tap"])
-    assert bad.returncode == 1
+    assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == ["dflash-import: error: last_hidden='tap' needs last_layer_id: "
                                                "the decoder layer whose output last_hidden is."]
     usage = run("import_main", ["--src", src])

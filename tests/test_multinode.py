@@ -141,7 +141,7 @@ def test_command_lines(config, tmp_path):
            ("--dist-timeout", "0"): "--dist-timeout 0.0 must be"}
     for args, msg in bad.items():
         code, err = exit_status(train_main, cli[:2] + list(args))
-        assert code == 1 and err.startswith("dflash-train: error: ") and msg in err and err.count("\n") == 1, err
+        assert code == 2 and err.startswith("dflash-train: error: ") and msg in err and err.count("\n") == 1, err
 
 
 def test_two_machines_train_each_rank_its_shard_and_rank0_writes(config, tiny_cache, tmp_path):
