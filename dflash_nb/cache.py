@@ -287,7 +287,8 @@ def write_cache(out_dir, header: dict, samples, make_records, identity, progress
         raise ValueError(f"No samples to write into {out_dir}: nothing was written (an empty prompt file or list?).")
     out_dir = check_output_dir(out_dir, header["hidden_size"] * len(header["tap_ids"]) * 2 * 4096)
     with writer_lock(out_dir, "cache directory"):
-        for t in out_dir.glob("*.tmp"): t.unlink()          # a killed writer's leftovers: no one else writes here
+        # a killed writer's leftovers, ours (name.pid.tmp) and safetensors' own (.tmpXXXXXX): no one else writes here
+        for t in [*out_dir.glob("*.tmp"), *out_dir.glob(".tmp*")]: t.unlink()
         m, i = _resume_manifest(out_dir, header), -1
         done = {e["index"]: e for e in m["shards"]}
         for i, chunk in enumerate(tqdm(chain([first], chunks), disable=not progress, unit="shard")):

@@ -5,7 +5,7 @@ in this process and requires the result to be byte-identical to an uninterrupted
 samples within a shard and a resume re-makes whole shards, so "byte-identical" compares the same batches (shapes) on the
 same path, with one thread in the child and here. No wait assumes a speed: each has a generous deadline (`DEADLINE`) and a failure shows the child's log.
 """
-import os, select, signal, subprocess, sys, textwrap, time
+import os, select, shutil, signal, subprocess, sys, textwrap, time
 from pathlib import Path
 import pytest, torch
 from dflash_nb.cache import HiddenStateCache, read_manifest, CacheLayout
@@ -127,5 +127,14 @@ def test_damaged_shard_is_remade_on_resume(tmp_path, reference):
     f = out / "shard-00002.safetensors"
     f.write_bytes(f.read_bytes()[:-7])
     with pytest.raises(ValueError, match="shard-00002.safetensors has .* Delete it and re-run"): HiddenStateCache(out)
+    extract(out)
+    assert_same_cache(out, reference)
+
+
+def test_rerun_removes_leftover_temp_files(tmp_path, reference):
+    "A kill inside safetensors' own save leaves its `.tmpXXXXXX` (and ours, `name.pid.tmp`); the rerun removes both."
+    out = tmp_path / "cache"
+    shutil.copytree(reference, out)
+    for name in (".tmpuSg0tA", "shard-00001.safetensors.4242.tmp"): (out / name).write_bytes(b"half a shard")
     extract(out)
     assert_same_cache(out, reference)
