@@ -94,7 +94,8 @@ class Launch:
 # %% ../nbs/05_launch.ipynb #722b4058
 _EXCEPTION = re.compile(r"^(\[rank\d+\]: ?)?((?:\w+\.)*\w*(?:Error|Exception|Interrupt)(?::.*|$)"
                         r"|dflash-[\w-]+: error: .*"                  # or a command's one-line refusal
-                        r"|terminate called .*)")                      # or C++ aborting a rank (SIGABRT)
+                        r"|terminate called .*"                        # or C++ aborting a rank (SIGABRT)
+                        r"|\S*python[\d.]*: .*)")                      # or the interpreter: no module, no file
 
 def failure_cause(lines: list[str]) -> str | None:
     "The last exception line of a rank (`[rankN]: ` dropped), else the last one; torchrun's `ChildFailedError` skipped."

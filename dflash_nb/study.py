@@ -12,6 +12,7 @@ import numpy as np
 from scipy.stats import t as t_dist
 from dataclasses import dataclass, field, asdict, fields, replace
 from pathlib import Path
+from filelock import FileLock, Timeout
 from fastcore.basics import patch
 from matplotlib.figure import Figure
 from .storage import atomic_write
@@ -25,13 +26,14 @@ from .diagnostics import retrofit_fused
 from .cli import refusals
 
 # %% auto #0
-__all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'RETROFIT', 'SELECTOR_COLUMNS', 'StudyConfig', 'run_dir', 'retrofit_init',
-           'run_config', 'load_study_config', 'StudyInputs', 'load_inputs', 'held_out_indices', 'evaluate_run',
-           'budget_curve', 'train_run', 'retrofit_stage', 'retrofit_first_stage', 'config_changes', 'run_one',
-           'run_study', 't95', 'Interval', 'mean_ci', 'paired_diff', 'verdict', 'hierarchical_interval', 'by_variant',
-           'summary_rows', 'question_rows', 'trend', 'curve_rows', 'plateau_rows', 'plot_study_tau',
-           'plot_study_acceptance', 'plot_question', 'plot_question_curve', 'plot_questions', 'plot_study_training',
-           'slot_loss', 'plot_slot_dilution', 'write_study_report', 'study_parser', 'study_main']
+__all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'RETROFIT', 'BUSY', 'SELECTOR_COLUMNS', 'StudyConfig', 'run_dir',
+           'retrofit_init', 'run_config', 'load_study_config', 'StudyInputs', 'load_inputs', 'held_out_indices',
+           'evaluate_run', 'budget_curve', 'train_run', 'retrofit_stage', 'retrofit_first_stage', 'config_changes',
+           'run_one', 'claimed_run', 'run_study', 't95', 'Interval', 'mean_ci', 'paired_diff', 'verdict',
+           'hierarchical_interval', 'by_variant', 'summary_rows', 'question_rows', 'trend', 'curve_rows',
+           'plateau_rows', 'plot_study_tau', 'plot_study_acceptance', 'plot_question', 'plot_question_curve',
+           'plot_questions', 'plot_study_training', 'slot_loss', 'plot_slot_dilution', 'write_study_report',
+           'study_parser', 'study_main']
 
 # %% ../nbs/12_recipe_study.ipynb #7d270c01
 LAUNCHERS = ("inline", "torchrun")
@@ -290,11 +292,26 @@ def run_one(sc: StudyConfig, name: str, seed: int, inputs: StudyInputs, stop_aft
     return _json(res)
 
 # %% ../nbs/12_recipe_study.ipynb #fc23a89b
+BUSY = "busy"  # what `claimed_run` returns for a run another process is working on
+
+def claimed_run(sc: StudyConfig, name: str, seed: int, inputs: StudyInputs, stop_after: int | None = None,
+                wait: bool = True) -> dict | str | None:
+    "`run_one` while holding the run's claim (`<variant>/seed-<s>.claim`): BUSY if another holds it and not `wait`."
+    path = run_dir(sc, name, seed).with_name(f"seed-{seed}.claim")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(path)
+    try: lock.acquire(timeout=-1 if wait else 0)
+    except Timeout: return BUSY
+    try: return run_one(sc, name, seed, inputs, stop_after)
+    finally: lock.release()
+
 def run_study(sc: StudyConfig, inputs: StudyInputs | None = None, stop_after: int | None = None) -> list[dict]:
     "Every variant × seed trained and evaluated (finished runs read back, half-done ones resumed): the results."
     inputs = load_inputs(sc, inputs)
     runs = [(n, s) for n in sc.variants for s in sc.seeds]
-    return [r for n, s in runs if (r := run_one(sc, n, s, inputs, stop_after)) is not None]
+    got = {r: claimed_run(sc, *r, inputs, stop_after, wait=False) for r in runs}
+    got |= {r: claimed_run(sc, *r, inputs, stop_after) for r in runs if got[r] == BUSY}
+    return [got[r] for r in runs if got[r] is not None]
 
 # %% ../nbs/12_recipe_study.ipynb #b3b1e8aa
 def t95(df: int) -> float:
