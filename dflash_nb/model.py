@@ -18,11 +18,11 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 from .config import DFlashConfig, read_hub_config, fc_tap_ids
 from .dflash2 import DynamicConv, CandidateSelector, unary_scores
-from .storage import atomic_write, plain_name, tensor_digest
+from .storage import atomic_write, plain_name, read_json, tensor_digest
 
 # %% auto #0
-__all__ = ['ATTN_IMPLS', 'SHARED_PREFIXES', 'rms_norm', 'RMSNorm', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope', 'SwiGLU',
-           'dflash_mask_mod', 'dense_mask', 'sdpa_attend', 'make_attend', 'DFlashAttention', 'FusedContext',
+__all__ = ['ATTN_IMPLS', 'SHARED_PREFIXES', 'DIGESTS', 'rms_norm', 'RMSNorm', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope',
+           'SwiGLU', 'dflash_mask_mod', 'dense_mask', 'sdpa_attend', 'make_attend', 'DFlashAttention', 'FusedContext',
            'DFlashDecoderLayer', 'DFlashDraftModel', 'ContextCache', 'per_anchor_logits', 'drafter_state_dict',
            'read_drafter_tensors', 'infer_fusion', 'hub_drafter_config', 'describe_drafter', 'param_counts',
            'upgrade_to_dflash2']
@@ -456,6 +456,8 @@ def _shards(sd: dict, max_shard_bytes: int | None) -> list[dict]:
     return out
 
 # %% ../nbs/01_model.ipynb #783a94ee
+DIGESTS = "weights.sha256.json"  # {"files": {weight file: sha256 of its tensors}}, written with the weights
+
 @patch
 def save_pretrained(self: DFlashDraftModel, path: str | Path, max_shard_bytes: int | None = None,
                     tensors: dict | None = None) -> Path:
@@ -463,10 +465,12 @@ def save_pretrained(self: DFlashDraftModel, path: str | Path, max_shard_bytes: i
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     shards = _shards(tensors if tensors is not None else drafter_state_dict(self), max_shard_bytes)
-    if len(shards) == 1: _atomic_save(shards[0], path / "model.safetensors")
-    else:
-        names = [f"model-{i+1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
-        for name, shard in zip(names, shards): _atomic_save(shard, path / name)
+    names = (["model.safetensors"] if len(shards) == 1 else
+             [f"model-{i+1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
+    for name, shard in zip(names, shards): _atomic_save(shard, path / name)
+    digests = {"files": {name: tensor_digest(shard) for name, shard in zip(names, shards)}}
+    atomic_write(path / DIGESTS, lambda p: p.write_text(json.dumps(digests, indent=1)))
+    if len(shards) > 1:
         index = {"metadata": {"total_size": sum(v.numel() * v.element_size() for s in shards for v in s.values())},
                  "weight_map": {k: name for name, s in zip(names, shards) for k in s}}
         atomic_write(path / "model.safetensors.index.json", lambda p: p.write_text(json.dumps(index, indent=2)))
@@ -484,15 +488,35 @@ def _weight_files(path: Path) -> list[Path]:
     return [path / plain_name(n, f, "Re-save or re-download the checkpoint.") for n in names]
 
 # %% ../nbs/01_model.ipynb #bf13642c
+def _recorded_file_digests(path: Path) -> dict | None:
+    "{weight file: sha256 of its tensors} that `save_pretrained` recorded in `path`, None for a checkpoint without it."
+    if not (f := path / DIGESTS).exists(): return None
+    raw = read_json(f, "digest file")
+    files = raw.get("files") if isinstance(raw, dict) else None
+    if not isinstance(files, dict): raise ValueError(f"{f} holds no 'files' table: it is damaged; re-save the checkpoint.")
+    return {plain_name(n, f, "Re-save the checkpoint."): v for n, v in files.items()}
+
+def _read_weight_file(f: Path, want: str | None) -> dict:
+    "The tensors of safetensors file `f`, checked against `want`, the digest recorded when it was written (if any)."
+    try:
+        with safe_open(str(f), framework="pt") as sf: got = {k: sf.get_tensor(k) for k in sf.keys()}
+    except (SafetensorError, OSError) as e:
+        raise ValueError(f"Checkpoint file {f} is missing or damaged ({e}): re-save or re-download the checkpoint "
+                         "(a training run resumes from its previous checkpoint once this one is deleted).") from e
+    if want is not None and tensor_digest(got) != want:
+        raise ValueError(f"Checkpoint file {f} was damaged since it was written (its tensors' sha256 differs from the "
+                         f"one in {DIGESTS}): re-save or re-download the checkpoint; a training checkpoint: delete it "
+                         "and resume from the previous one.")
+    return got
+
 def read_drafter_tensors(path: str | Path) -> dict:
     "All tensors of a hub checkpoint directory (single file or sharded with an index), safetensors only, checked."
     path, out = Path(path), {}
-    for f in _weight_files(path):
-        try:
-            with safe_open(str(f), framework="pt") as sf: out.update({k: sf.get_tensor(k) for k in sf.keys()})
-        except (SafetensorError, OSError) as e:
-            raise ValueError(f"Checkpoint file {f} is missing or damaged ({e}): re-save or re-download the checkpoint "
-                             "(a training run resumes from its previous checkpoint once this one is deleted).") from e
+    files, recorded = _weight_files(path), _recorded_file_digests(path)
+    if recorded is not None and (missing := [f.name for f in files if f.name not in recorded]):
+        raise ValueError(f"{path / DIGESTS} records no digest for {missing}: the checkpoint's files were changed after "
+                         "it was written; re-save or re-download it.")
+    for f in files: out.update(_read_weight_file(f, recorded and recorded[f.name]))
     return _check_weights(path, out)
 
 # %% ../nbs/01_model.ipynb #38f7b32a
