@@ -16,12 +16,12 @@ from .cli import check_keys, read_settings
 
 # %% auto #0
 __all__ = ['TAP_CONVENTION', 'TAP_CONVENTIONS', 'FUSIONS', 'LAYER_TYPES', 'DEFAULT_ROPE_THETA', 'POSITIVE_DIMS', 'ROPE_TYPES',
-           'ATTENTION_MODES', 'HONOURED', 'DFLASH_HONOURED', 'CHECKED', 'DFLASH_CHECKED', 'DFLASH2_KEYS',
-           'DFLASH2_HONOURED', 'DFLASH2_CHECKED', 'IGNORED', 'REFUSED', 'DFLASH_REFUSED', 'LOSSES', 'SOURCES',
-           'SCHEDULES', 'PARALLELS', 'INIT_NORMS', 'POSITION_WEIGHTS', 'OPTIMIZERS', 'FIELD_TYPES', 'TRAIN_RANGES',
-           'DRAFTER_KEYS', 'hidden_state_index', 'default_target_layer_ids', 'fc_tap_ids', 'DFlashConfig',
-           'LayerAttention', 'is_dflash2_config', 'check_hub_fields', 'read_hub_config', 'hub_field_table',
-           'TrainConfig', 'check_repro_noise', 'Range', 'range_table', 'load_train_config']
+           'DRAFTER_RANGES', 'ATTENTION_MODES', 'HONOURED', 'DFLASH_HONOURED', 'CHECKED', 'DFLASH_CHECKED',
+           'DFLASH2_KEYS', 'DFLASH2_HONOURED', 'DFLASH2_CHECKED', 'IGNORED', 'REFUSED', 'DFLASH_REFUSED', 'LOSSES',
+           'SOURCES', 'SCHEDULES', 'PARALLELS', 'INIT_NORMS', 'POSITION_WEIGHTS', 'OPTIMIZERS', 'FIELD_TYPES',
+           'TRAIN_RANGES', 'DRAFTER_KEYS', 'hidden_state_index', 'default_target_layer_ids', 'fc_tap_ids', 'Range',
+           'DFlashConfig', 'LayerAttention', 'is_dflash2_config', 'check_hub_fields', 'read_hub_config',
+           'hub_field_table', 'TrainConfig', 'check_repro_noise', 'range_table', 'load_train_config']
 
 # %% ../nbs/00_config.ipynb #10ad5f17
 TAP_CONVENTION = "layer_output"  # tap id k = output of decoder layer k = HF hidden_states[k+1]
@@ -50,6 +50,31 @@ def fc_tap_ids(target_layer_ids: list[int], fusion: str) -> list[int]:
     "The taps that feed `fc` under `fusion`."
     if fusion not in FUSIONS: raise ValueError(f"Unknown fusion layout {fusion!r}; use one of {FUSIONS}.")
     return list(target_layer_ids) if fusion == "fused" else list(target_layer_ids[:-1])
+
+# %% ../nbs/00_config.ipynb #3569d038
+@dataclass(frozen=True)
+class Range:
+    "A setting's valid interval: `lo`..`hi` (None: unbounded), each end closed unless marked open, maybe not 0; `note` says why."
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    note: str = ""
+    nonzero: bool = False
+
+    def __contains__(self, x) -> bool:
+        lo_ok = self.lo is None or (x > self.lo if self.lo_open else x >= self.lo)
+        return lo_ok and (self.hi is None or (x < self.hi if self.hi_open else x <= self.hi)) and not (self.nonzero and x == 0)
+
+    def __str__(self) -> str:
+        if self.lo is None: span = "finite"
+        elif self.hi is None: span = f"{'>' if self.lo_open else '>='} {self.lo}"
+        else: span = f"in {'(' if self.lo_open else '['}{self.lo}, {self.hi}{')' if self.hi_open else ']'}"
+        return span + (", != 0" if self.nonzero else "")
+
+    def check(self, name: str, value) -> None:
+        "A ValueError naming `name`, `value`, the interval and the note, unless `value` lies inside."
+        if value not in self: raise ValueError(f"{name}={value} must be {self}" + (f" ({self.note})." if self.note else "."))
 
 # %% ../nbs/00_config.ipynb #0b8bfe66
 DEFAULT_ROPE_THETA = float(Qwen3Config().rope_parameters["rope_theta"])   # transformers' qwen3 default (10000)
@@ -182,6 +207,36 @@ def _check_dflash2(c: DFlashConfig):
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 < cap < math.inf):
         raise ValueError(f"final_logit_softcapping={cap!r} must be a positive number, or None for no softcap.")
 
+# %% ../nbs/00_config.ipynb #4359a7a7
+DRAFTER_RANGES = {
+    "hidden_size": Range(1, note="the target's hidden size"), "num_hidden_layers": Range(1, note="drafter decoder layers"),
+    "num_attention_heads": Range(1, note="a multiple of num_key_value_heads"),
+    "num_key_value_heads": Range(1, note="key/value heads (grouped-query attention)"),
+    "head_dim": Range(2, note="even: RoPE rotates pairs"), "intermediate_size": Range(1, note="MLP width"),
+    "vocab_size": Range(1, note="the target's vocabulary"), "rms_norm_eps": Range(0, 1, lo_open=True, note="1e-6 is Qwen3's"),
+    "rope_theta": Range(0, lo_open=True, note="RoPE base; the target's"),
+    "max_position_embeddings": Range(1, note="longest position RoPE is built for"),
+    "block_size": Range(2, note="the anchor and its draft slots; 16 is usual"),
+    "num_target_layers": Range(1, note="the target's decoder layers"),
+    "mask_token_id": Range(0, note="below vocab_size: a reserved id of the target's tokenizer"),
+    "sliding_window": Range(1, note="keys a sliding layer sees; None: no window"),
+    "conv_kernel_size": Range(0, note="DFlash 2 conv taps, at most block_size; 0: off"),
+    "conv_group_size": Range(1, note="channels per conv group; divides hidden_size"),
+    "selector_rank": Range(0, note="DFlash 2 selector rank; 0: off"),
+    "selector_top_k": Range(1, note="candidates per slot, at most vocab_size"),
+    "input_embedding_scale": Range(nonzero=True, note="multiplies the block's embeddings; 1: off"),
+    "output_multiplier": Range(nonzero=True, note="multiplies the selector's scores; 1: off"),
+    "final_logit_softcapping": Range(0, lo_open=True, note="None: off")}
+
+def _check_ranges(c, ranges: dict) -> None:
+    "A ValueError for the first field of `c` outside its range in `ranges` (None passes: it means off)."
+    for k, r in ranges.items():
+        v = getattr(c, k)
+        if v is None: continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"{k}={v!r} must be a finite number.")
+        r.check(k, v)
+
 # %% ../nbs/00_config.ipynb #288c52be
 @patch
 def validate(self: DFlashConfig):
@@ -191,6 +246,7 @@ def validate(self: DFlashConfig):
     _check_layers(self)
     _check_rope(self)
     _check_dflash2(self)
+    _check_ranges(self, DRAFTER_RANGES)
 
 # %% ../nbs/00_config.ipynb #dc8e6b8d
 @patch(as_prop=True)
@@ -519,28 +575,6 @@ def check_repro_noise(cfg: TrainConfig) -> None:
         raise ValueError(why + f"target states: target_source resolves to {cfg.source!r}; "
                          "set 'final' or 'deepest_tap'.")
 
-# %% ../nbs/00_config.ipynb #3569d038
-@dataclass(frozen=True)
-class Range:
-    "A setting's valid interval: `lo`..`hi` (None: unbounded), each end closed unless marked open; `note` says why."
-    lo: float | None = None
-    hi: float | None = None
-    lo_open: bool = False
-    hi_open: bool = False
-    note: str = ""
-
-    def __contains__(self, x) -> bool:
-        lo_ok = self.lo is None or (x > self.lo if self.lo_open else x >= self.lo)
-        return lo_ok and (self.hi is None or (x < self.hi if self.hi_open else x <= self.hi))
-
-    def __str__(self) -> str:
-        if self.hi is None: return f"{'>' if self.lo_open else '>='} {self.lo}"
-        return f"in {'(' if self.lo_open else '['}{self.lo}, {self.hi}{')' if self.hi_open else ']'}"
-
-    def check(self, name: str, value) -> None:
-        "A ValueError naming `name`, `value`, the interval and the note, unless `value` lies inside."
-        if value not in self: raise ValueError(f"{name}={value} must be {self}" + (f" ({self.note})." if self.note else "."))
-
 # %% ../nbs/00_config.ipynb #60f721b0
 FIELD_TYPES = {"int": (int, "an integer"), "float": ((int, float), "a finite number"), "str": (str, "a string"),
          "bool": (bool, "true or false"), "dict": (dict, "a mapping")}
@@ -600,10 +634,11 @@ def source(self: TrainConfig) -> str:
     return "deepest_tap" if self.drafter.get("fusion") == "split" else "tokens"
 
 # %% ../nbs/00_config.ipynb #272e4fdd
-def range_table() -> str:
-    "A markdown table of every range-checked `TrainConfig` field: default, valid interval, meaning."
-    defaults = {f.name: f.default for f in fields(TrainConfig)}
-    rows = [f"| `{k}` | {defaults[k]} | {r} | {r.note} |" for k, r in TRAIN_RANGES.items()]
+def range_table(ranges: dict | None = None, defaults: dict | None = None, prefix: str = "") -> str:
+    "A markdown table of range-checked fields (default: `TrainConfig`'s): default, valid interval, meaning."
+    ranges = TRAIN_RANGES if ranges is None else ranges
+    defaults = defaults or {f.name: f.default for f in fields(TrainConfig)}
+    rows = [f"| `{prefix}{k}` | {defaults[k]} | {r} | {r.note} |" for k, r in ranges.items()]
     return "\n".join(["| field | default | valid | meaning |", "|---|---|---|---|", *rows])
 
 # %% ../nbs/00_config.ipynb #0be221f8

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from .storage import atomic_write
 from .cache import HiddenStateCache, resolve_cache_dir
 from .model import DFlashDraftModel
-from .config import TrainConfig, DRAFTER_KEYS
+from .config import TrainConfig, DRAFTER_KEYS, Range
 from .train import Trainer, read_metrics, RESUME_FREE
 from .cli import check_keys, read_settings
 from .evaluate import offline_tau, markdown_table
@@ -26,11 +26,11 @@ from .diagnostics import retrofit_fused
 from .cli import refusals
 
 # %% auto #0
-__all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'RETROFIT', 'BUSY', 'SELECTOR_COLUMNS', 'StudyConfig', 'run_dir',
-           'retrofit_init', 'run_config', 'load_study_config', 'StudyInputs', 'load_inputs', 'held_out_indices',
-           'evaluate_run', 'budget_curve', 'train_run', 'retrofit_stage', 'retrofit_first_stage', 'config_changes',
-           'run_one', 'claimed_run', 'run_study', 't95', 'Interval', 'mean_ci', 'paired_diff', 'verdict',
-           'hierarchical_interval', 'by_variant', 'summary_rows', 'question_rows', 'trend', 'curve_rows',
+__all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'RETROFIT', 'STUDY_RANGES', 'BUSY', 'SELECTOR_COLUMNS', 'StudyConfig',
+           'run_dir', 'retrofit_init', 'run_config', 'load_study_config', 'StudyInputs', 'load_inputs',
+           'held_out_indices', 'evaluate_run', 'budget_curve', 'train_run', 'retrofit_stage', 'retrofit_first_stage',
+           'config_changes', 'run_one', 'claimed_run', 'run_study', 't95', 'Interval', 'mean_ci', 'paired_diff',
+           'verdict', 'hierarchical_interval', 'by_variant', 'summary_rows', 'question_rows', 'trend', 'curve_rows',
            'plateau_rows', 'plot_study_tau', 'plot_study_acceptance', 'plot_question', 'plot_question_curve',
            'plot_questions', 'plot_study_training', 'slot_loss', 'plot_slot_dilution', 'write_study_report',
            'study_parser', 'study_main']
@@ -40,6 +40,11 @@ LAUNCHERS = ("inline", "torchrun")
 STUDY_OWNED = ("seed", "steps", "epochs", "out_dir", "cache", "prompts")   # set per run by the study
 DATA_ORDER = ("batch_size", "grad_accum", "max_len", "bucket_batches")        # shared: in `base` only
 RETROFIT = ("retrofit_from", "retrofit_at")    # variant keys of a two-stage retrofit run (see below)
+STUDY_RANGES = {"steps": Range(1, note="optimizer steps of every run"), "seeds": Range(0, note="each; distinct"),
+                "budgets": Range(1, note="each: DDTree node budgets"),
+                "eval_limit": Range(0, note="held-out samples evaluated; 0: all"),
+                "nproc": Range(1, note="processes per run under torchrun"),
+                "slot_grads_every": Range(0, note="per-slot gradients every N steps; 0: off")}
 
 @dataclass
 class StudyConfig:
@@ -134,17 +139,16 @@ def validate(self: StudyConfig) -> StudyConfig:
     if self.launcher not in LAUNCHERS: raise ValueError(f"launcher={self.launcher!r} is not one of {LAUNCHERS}.")
     if not isinstance(self.variants, dict) or not self.variants:
         raise ValueError("variants is empty: name at least one, e.g. `variants: {baseline: {}, kl: {loss: kl}}`.")
-    if (not isinstance(self.seeds, list) or not self.seeds or len(set(self.seeds)) != len(self.seeds)
-            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in self.seeds)):
+    for k in ("seeds", "budgets"):
+        if not isinstance(getattr(self, k), list): raise ValueError(f"{k}={getattr(self, k)!r} must be a list.")
+    if not self.seeds or len(set(self.seeds)) != len(self.seeds):
         raise ValueError(f"seeds={self.seeds!r} must be a non-empty list of distinct integers >= 0.")
-    if not isinstance(self.eval_limit, int) or self.eval_limit < 0:
-        raise ValueError(f"eval_limit={self.eval_limit!r} must be an integer >= 0 (0: every held-out sample).")
-    if not all(isinstance(b, int) and b >= 1 for b in self.budgets):
-        raise ValueError(f"budgets={self.budgets!r} must be positive integers (DDTree node budgets).")
+    for k, r in STUDY_RANGES.items():
+        for v in getattr(self, k) if k in ("seeds", "budgets") else [getattr(self, k)]:
+            if not isinstance(v, int) or isinstance(v, bool): raise ValueError(f"{k}: {v!r} must be an integer.")
+            r.check(k, v)
     if self.launcher == "torchrun" and not self.cache:
         raise ValueError("launcher='torchrun' trains in other processes: set cache (a hidden-state cache directory).")
-    for k in ("steps", "nproc"):
-        if not isinstance(getattr(self, k), int) or getattr(self, k) < 1: raise ValueError(f"{k} must be >= 1.")
     same = lambda a, b: resolve_cache_dir(a).resolve() == resolve_cache_dir(b).resolve()   # OUT and OUT/cache
     if self.cache and self.eval_cache and same(self.cache, self.eval_cache):
         raise ValueError("eval_cache is the training cache: τ would be measured on trained samples; "
