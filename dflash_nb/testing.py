@@ -17,7 +17,7 @@ from transformers import Qwen3_5Config
 import dflash_nb
 from .model import DFlashDraftModel
 from .target import Target, SafetensorsReader, tiny_target
-from .storage import file_sha256
+from .storage import file_sha256, plain_name
 from .cache import HiddenStateCache, CacheLayout
 from .extract import extract_to_cache, generate_responses
 from .config import DFlashConfig, TrainConfig
@@ -187,7 +187,9 @@ def trained_pair(n_prompts: int = 8, max_new_tokens: int = 24, steps: int = 40, 
     "The tiny target, its cache of `n_prompts` responses and a fused/split pair trained `steps` steps: built once."
     args = dict(n_prompts=n_prompts, max_new_tokens=max_new_tokens, steps=steps, batch_size=batch_size)
     path = cached_dir("pair", args, lambda d: _build_pair(d, args), root)
-    ckpts = {f: path / p for f, p in json.loads((path / "ckpts.json").read_text()).items()}
+    fix = f"Delete {path} (a test fixture) to rebuild it."
+    inside = lambda p: path.joinpath(*(plain_name(part, path / "ckpts.json", fix) for part in p.split("/")))
+    ckpts = {f: inside(p) for f, p in json.loads((path / "ckpts.json").read_text()).items()}
     return TrainedPair(tiny_hybrid(), tiny_prompts(n_prompts), HiddenStateCache(path / "cache"), ckpts, path)
 
 # %% ../nbs/90_testing.ipynb #fd3dea2e
