@@ -808,10 +808,10 @@ def plan_parser() -> argparse.ArgumentParser:
     return ap
 
 # %% ../nbs/05a_plan.ipynb #657314f9
-def _cli_plan(a: argparse.Namespace) -> Plan:
-    "The plan a parsed `dflash-plan` command line asks for."
+def _cli_plan(a: argparse.Namespace, overrides: dict | None = None) -> Plan:
+    "The plan a parsed `dflash-plan` command line asks for, with `overrides` of the YAML's TrainConfig fields."
     keys = ("parallel", "loss", "target_source", "num_anchors", "max_len", "batch_size", "grad_accum")
-    cfg = load_train_config(a.config, **{k: getattr(a, k) for k in keys})
+    cfg = load_train_config(a.config, **{k: getattr(a, k) for k in keys} | (overrides or {}))
     hf = read_target_config(a.target_config or cfg.target)
     over = {"mfu": a.mfu, "hbm_util": a.hbm_util, "net_gbs": a.net, "reserve_gib": a.reserve}
     m = machine(a.gpu, a.gpu_memory, a.tflops, a.fp32_tflops, a.bandwidth, gpus=a.gpus, nodes=a.nodes,
@@ -890,9 +890,10 @@ def planned_vs_measured(target_dir, configs: list, T: int) -> list[dict]:
 # %% ../nbs/05a_plan.ipynb #5199bc16
 PLAN_LINE = "# plan:"
 
-def recipe_plan(path) -> Plan:
-    "The plan of recipe `path` on the machine and data set of its `# dflash-plan:` line (no alternatives)."
-    return _cli_plan(plan_parser().parse_args(header_args(path) + ["--config", str(path), "--no-alternatives"]))
+def recipe_plan(path, **overrides) -> Plan:
+    "The plan of recipe `path` (`overrides` of its fields) on the machine and data of its `# dflash-plan:` line."
+    a = plan_parser().parse_args(header_args(path) + ["--config", str(path), "--no-alternatives"])
+    return _cli_plan(a, overrides)
 
 def plan_lines(p: Plan) -> list[str]:
     "The '# plan:' lines of a recipe planned as `p`."

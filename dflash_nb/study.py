@@ -26,14 +26,14 @@ from .diagnostics import retrofit_fused
 from .cli import refusals
 
 # %% auto #0
-__all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'RETROFIT', 'STUDY_RANGES', 'BUSY', 'SELECTOR_COLUMNS', 'StudyConfig',
-           'run_dir', 'retrofit_init', 'run_config', 'load_study_config', 'StudyInputs', 'load_inputs',
+__all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'RETROFIT', 'STUDY_RANGES', 'BUSY', 'SELECTOR_COLUMNS', 'COST_KEYS',
+           'StudyConfig', 'run_dir', 'retrofit_init', 'run_config', 'load_study_config', 'StudyInputs', 'load_inputs',
            'held_out_indices', 'evaluate_run', 'budget_curve', 'train_run', 'retrofit_stage', 'retrofit_first_stage',
            'config_changes', 'run_one', 'claimed_run', 'run_study', 't95', 'Interval', 'mean_ci', 'paired_diff',
            'verdict', 'hierarchical_interval', 'by_variant', 'summary_rows', 'question_rows', 'trend', 'curve_rows',
-           'plateau_rows', 'plot_study_tau', 'plot_study_acceptance', 'plot_question', 'plot_question_curve',
-           'plot_questions', 'plot_study_training', 'slot_loss', 'plot_slot_dilution', 'write_study_report',
-           'study_parser', 'study_main']
+           'plateau_rows', 'gap_rows', 'plot_study_tau', 'plot_study_acceptance', 'plot_question',
+           'plot_question_curve', 'plot_questions', 'plot_study_training', 'slot_loss', 'plot_slot_dilution',
+           'write_study_report', 'study_parser', 'study_main', 'study_plan']
 
 # %% ../nbs/12_recipe_study.ipynb #7d270c01
 LAUNCHERS = ("inline", "torchrun")
@@ -471,6 +471,32 @@ def plateau_rows(results: list[dict], last: float = 0.25, tol: float = 0.02) -> 
                      "gain": f"{gain:+.1%}", f"plateau (< {tol:.0%})": "yes" if gain < tol else "no"})
     return rows
 
+# %% ../nbs/12_recipe_study.ipynb #ae4b1edd
+def _at_step(per: dict, step: int) -> dict:
+    "{seed: the curve point at `step`} of one variant's runs."
+    return {s: next(p for p in r["curve"] if p["step"] == step) for s, r in per.items()}
+
+def _gap_row(runs: dict, q: str, ref: str, var: str) -> tuple[float, dict]:
+    "(|Δ chain τ| at the end, the row) of question `q`."
+    per = (*runs[ref].values(), *runs[var].values())
+    steps = sorted(set.intersection(*({p["step"] for p in r["curve"]} for r in per)))
+    h = {}
+    for st in (steps[0], steps[-1]):
+        a, b = _at_step(runs[var], st), _at_step(runs[ref], st)
+        if (diffs := _per_prompt_diffs(a, b)) is None:
+            raise ValueError(f"question {q!r}: runs without τ per prompt at step {st}; rerun them with this version.")
+        h[st] = hierarchical_interval(diffs)
+    end, seeds = h[steps[-1]], paired_diff(_per_seed(a, "tau"), _per_seed(b, "tau"))
+    return abs(end.mean), {"factor": q, "Δτ chain at the end": str(end), "at the first budget point": str(h[steps[0]]),
+                           "verdict": verdict(end) if verdict(end) == verdict(seeds) else "no measurable difference",
+                           "95% width: seeds / seeds × prompts": f"{seeds.hi - seeds.lo:.2f} / {end.hi - end.lo:.2f}"}
+
+def gap_rows(results: list[dict], comparisons: dict) -> list[dict]:
+    "Every question, the largest |Δ chain τ| at the end first: Δτ at the end and at the first budget point, verdict."
+    runs = by_variant(results)
+    return [row for _, row in sorted((_gap_row(runs, q, *pair) for q, pair in comparisons.items()),
+                                     key=lambda x: -x[0])]
+
 # %% ../nbs/12_recipe_study.ipynb #c3ab501d
 def plot_study_tau(results: list[dict]) -> Figure:
     "Chain τ and DDTree-(B-1) τ per variant: each seed a dot, the mean with its 95% interval as an error bar."
@@ -652,3 +678,21 @@ def study_main(argv=None) -> None:
         sc = replace(sc, seeds=a.seeds or sc.seeds)
         path = write_study_report(sc, run_study(sc))
     print(f"report: {path}")
+
+# %% ../nbs/12_recipe_study.ipynb #65678572
+COST_KEYS = ("optimizer", "loss", "target_source")    # the settings of a variant that change what a step costs
+
+def study_plan(sc: StudyConfig, recipe) -> list[dict]:
+    "Per group of `sc`'s variants with the same `COST_KEYS`: its runs, and each run's planned time trained as `recipe`."
+    from dflash_nb.plan import recipe_plan
+    groups = {}
+    for name, v in sc.variants.items():
+        settings = {k: x for k in COST_KEYS if (x := (sc.base | v).get(k)) is not None}
+        groups.setdefault(tuple(settings.items()), []).append(name)
+    rows = []
+    for settings, names in groups.items():
+        p = recipe_plan(recipe, **dict(settings))
+        rows.append({"settings": ", ".join(f"{k}={x}" for k, x in settings) or "the recipe's", "variants": len(names),
+                     "runs": len(names) * len(sc.seeds), "s per step": round(p.step_s, 2),
+                     "days per run": round(p.total_s / 86400, 2), "machine": f"{p.machine.world} × {p.machine.gpu.name}"})
+    return rows
