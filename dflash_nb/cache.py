@@ -34,13 +34,15 @@ CACHE_FORMAT, CACHE_VERSION, MANIFEST = "dflash_nb.hidden_state_cache", 1, "mani
 CACHE_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 # %% ../nbs/03_cache.ipynb #1c3456f6
-def check_tap_ids(tap_ids, num_layers: int) -> list[int]:
+def check_tap_ids(tap_ids, num_layers: int | None) -> list[int]:
     "`tap_ids` as a list, or a ValueError if empty, unsorted, duplicated, or outside the target's layers."
     ids = [int(k) for k in tap_ids]
     if not ids: raise ValueError("tap_ids is empty: give at least one target layer id.")
     if ids != sorted(set(ids)):
         raise ValueError(f"tap_ids {ids}: list each tap once, in ascending order: {sorted(set(ids))}.")
-    if not 0 <= ids[0] <= ids[-1] < num_layers:
+    if num_layers is None and ids[0] < 0:                     # the target's depth unknown: ids are still layers
+        raise ValueError(f"tap_ids {ids}: a tap id is a decoder layer id, >= 0.")
+    if num_layers is not None and not 0 <= ids[0] <= ids[-1] < num_layers:
         raise ValueError(f"tap_ids {ids} must lie in the target's layers 0..{num_layers - 1}.")
     return ids
 
@@ -579,13 +581,16 @@ def import_legacy_pt_cache(source: LegacySource, out_dir, target=None, target_ha
     "Convert the legacy `.pt` samples of `source` into a cache at `out_dir`; `target` (or its config hash) is recorded."
     s = source
     _check_last_hidden(s.last_hidden, s.last_layer_id)
+    if s.prompt_len is not None and s.prompt_len < 0:
+        raise ValueError(f"prompt_len={s.prompt_len} must be >= 0: the first supervised position of a file without "
+                         "loss_mask (0: every position).")
     name, h, depth, norm = _import_target(target, s, target_hash)
     files = sorted(Path(s.src_dir).glob("*.pt"), key=_natural_key)
     if not files: raise FileNotFoundError(f"No .pt files in {s.src_dir}.")
     tap_ids = sorted([*s.aux_layer_ids, *([s.last_layer_id] if s.last_hidden == "tap" else [])])
     if len(set(tap_ids)) != len(tap_ids):
         raise ValueError(f"aux_layer_ids {list(s.aux_layer_ids)} and last_layer_id {s.last_layer_id} overlap.")
-    if depth is not None: check_tap_ids(tap_ids, depth)
+    check_tap_ids(tap_ids, depth)
     def read(f): return read_legacy_sample(f, s.aux_layer_ids, s.last_layer_id, last_hidden=s.last_hidden,
                                            prompt_len=s.prompt_len, norm=norm)
     H = read(files[0])["taps"].shape[-1] // len(tap_ids)

@@ -444,6 +444,8 @@ def diagnose_main(argv=None) -> None:
             raise ValueError(f"--names {a.names} repeats a label; give each drafter its own.")
         for flag in ("limit", "online"):
             if getattr(a, flag) < 0: raise ValueError(f"--{flag} {getattr(a, flag)}: give a count >= 0 (0: none).")
+        if bad := [b for b in a.budgets if b < 1]:
+            raise ValueError(f"--budgets {bad}: a DDTree budget is a number of nodes >= 1 (e.g. 8 15).")
         sampling = eval_sampling(a)
         check_output_dir(a.out)
         names = a.names or [Path(p).name for p in a.drafter]

@@ -249,6 +249,8 @@ def offline_tau_many(model: DFlashDraftModel, cache: HiddenStateCache, transform
     "{name: `OfflineResult`} of `model` over `cache` samples `indices`, each under its tap transform (None: as is)."
     # DFlash 2 with a selector: DDTree over its lattice too, at the same budgets
     c, fs = model.config, list(transforms.values())
+    if bad := [b for b in budgets if isinstance(b, bool) or not isinstance(b, int) or b < 1]:
+        raise ValueError(f"budgets {bad}: a DDTree budget is a number of nodes >= 1 (e.g. 8 15).")
     check_compatible(cache, tap_ids=c.fc_layer_ids, convention=c.tap_convention)
     rules = (None, *budgets, *(Lattice(b) for b in budgets if model.candidate_selector is not None))
     got = {n: [[] for _ in rules] for n in transforms}

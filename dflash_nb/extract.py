@@ -482,6 +482,7 @@ def import_parser() -> argparse.ArgumentParser:
 # %% ../nbs/03a_extract.ipynb #5afacac2
 def _import(a):
     from dflash_nb.target import load_target, load_target_heads
+    if a.check < 0: raise ValueError(f"--check {a.check}: give a number of samples to re-extract, >= 1 (0: none).")
     if a.check and not a.target: raise ValueError("--check needs --target: the live model to re-extract with.")
     load = (lambda t: load_target(t, device="cpu")) if a.check else (lambda t: load_target_heads(t, dtype="float32"))
     target = load(a.target) if a.target else a.target_hash           # heads: the fingerprint, depth and final norm

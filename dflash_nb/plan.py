@@ -24,7 +24,7 @@ from .cache import CACHE_DTYPES
 from .config import default_target_layer_ids
 from .model import DFlashDraftModel
 from .target import as_target, as_dtype, recorded_dtype, materialise, TargetHeads
-from .config import TrainConfig, load_train_config
+from .config import TrainConfig, load_train_config, Range
 from .batches import Batch
 from .objective import TargetHead, step_loss, acceptance_counts, noisy_fc_input
 from .distributed import parallelize
@@ -34,14 +34,14 @@ from .evaluate import REPLAY_ROWS, BlockDrafts, prompt_contexts, blocks_per_call
 from .cli import refusals
 
 # %% auto #0
-__all__ = ['GPUS', 'KINDS', 'TARGET_LOADS', 'TARGET_DTYPES', 'STAGES', 'DEVICES', 'STAGE_PLANS', 'HEADER', 'PLAN_LINE', 'GPU',
-           'parse_size', 'gib', 'Machine', 'machine', 'op_seconds', 'OpCost', 'PlanTracker', 'PlanFSDPTracker',
-           'memory_kinds', 'read_target_config', 'fake_target', 'CudaAutocast', 'flex_standin', 'flex_density',
-           'gpu_kernels', 'fake_batch', 'PlanSpec', 'resolve_spec', 'fake_world', 'FakeRun', 'StepCost', 'plan_train',
-           'plan_online', 'plan_extract', 'plan_eval', 'comm_seconds', 'cache_token_bytes', 'Plan', 'plan',
-           'format_plan', 'plan_dict', 'PlanError', 'local_machine', 'plan_check', 'header_args', 'plan_parser',
-           'plan_main', 'measure_step', 'planned_step', 'planned_vs_measured', 'recipe_plan', 'plan_lines',
-           'refresh_recipe']
+__all__ = ['GPUS', 'GPU_RANGES', 'MACHINE_RANGES', 'KINDS', 'TARGET_LOADS', 'TARGET_DTYPES', 'STAGES', 'DEVICES', 'STAGE_PLANS',
+           'HEADER', 'PLAN_LINE', 'GPU', 'parse_size', 'gib', 'Machine', 'machine', 'op_seconds', 'OpCost',
+           'PlanTracker', 'PlanFSDPTracker', 'memory_kinds', 'read_target_config', 'fake_target', 'CudaAutocast',
+           'flex_standin', 'flex_density', 'gpu_kernels', 'fake_batch', 'PlanSpec', 'resolve_spec', 'fake_world',
+           'FakeRun', 'StepCost', 'plan_train', 'plan_online', 'plan_extract', 'plan_eval', 'comm_seconds',
+           'cache_token_bytes', 'Plan', 'plan', 'format_plan', 'plan_dict', 'PlanError', 'local_machine', 'plan_check',
+           'header_args', 'plan_parser', 'plan_main', 'measure_step', 'planned_step', 'planned_vs_measured',
+           'recipe_plan', 'plan_lines', 'refresh_recipe']
 
 # %% ../nbs/05a_plan.ipynb #7e72a6a3
 @dataclass(frozen=True)
@@ -86,6 +86,16 @@ def parse_size(text, what: str = "size") -> int:
 def gib(n: float) -> float: return n / 2**30
 
 # %% ../nbs/05a_plan.ipynb #40e4eb75
+GPU_RANGES = {"memory_gib": Range(0, lo_open=True, note="on-board memory, --gpu-memory"),
+              "bf16_tflops": Range(0, lo_open=True, note="dense BF16 peak, --tflops"),
+              "fp32_tflops": Range(0, lo_open=True, note="FP32 peak, --fp32-tflops"),
+              "hbm_tbs": Range(0, lo_open=True, note="memory bandwidth in TB/s, --bandwidth"),
+              "link_gbs": Range(0, lo_open=True, note="GB/s between GPUs of a node")}
+MACHINE_RANGES = {"gpus": Range(1, note="GPUs per node, --gpus"), "nodes": Range(1, note="--nodes"),
+                  "mfu": Range(0, 1, lo_open=True, note="fraction of the peak matmuls reach, --mfu"),
+                  "hbm_util": Range(0, 1, lo_open=True, note="fraction of the bandwidth reached, --hbm-util"),
+                  "net_gbs": Range(0, lo_open=True, note="GB/s per GPU between nodes, --net")}
+
 @dataclass
 class Machine:
     "The GPUs a run gets and how well it uses them."
@@ -98,10 +108,11 @@ class Machine:
     reserve_gib: float = 2.0    # per GPU outside tensors: CUDA context, NCCL buffers, allocator fragmentation
 
     def __post_init__(self):
-        for k in ("gpus", "nodes"):
-            if getattr(self, k) < 1: raise ValueError(f"{k}={getattr(self, k)} must be >= 1.")
-        for k in ("mfu", "hbm_util"):
-            if not 0 < getattr(self, k) <= 1: raise ValueError(f"{k}={getattr(self, k)} must lie in (0, 1].")
+        g = self.gpu
+        for k, r in GPU_RANGES.items(): r.check(k, getattr(g, k))
+        for k, r in MACHINE_RANGES.items(): r.check(k, getattr(self, k))
+        Range(0, g.memory_gib, hi_open=True, note=f"GiB per GPU outside tensors, below the {g.memory_gib:g} GiB the "
+              "GPU has").check("reserve_gib", self.reserve_gib)
 
     @property
     def world(self) -> int: return self.gpus * self.nodes
