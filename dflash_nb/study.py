@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, asdict, fields, replace
 from pathlib import Path
 from filelock import FileLock, Timeout
 from fastcore.basics import patch
+from matplotlib import colormaps
 from matplotlib.figure import Figure
 from .storage import atomic_write
 from .cache import HiddenStateCache, resolve_cache_dir
@@ -581,19 +582,26 @@ def plot_questions(results: list[dict], comparisons: dict) -> Figure:
     return fig
 
 # %% ../nbs/12_recipe_study.ipynb #c0aa82e3
+def _variant_colours(names: list) -> dict:
+    "{variant: colour}, distinct for up to 20 variants (tab10, tab20), then spread over a continuous map."
+    n = len(names)
+    if n <= 20: return {v: colormaps["tab10" if n <= 10 else "tab20"](i) for i, v in enumerate(names)}
+    return {v: colormaps["turbo"](i / (n - 1)) for i, v in enumerate(names)}
+
 def plot_study_training(sc: StudyConfig, results: list[dict]) -> Figure:
     "Training loss and τ̂ against step of every run (from its metrics.jsonl), one colour per variant."
-    fig = Figure(figsize=(9, 3.5), layout="constrained")
-    axes, colours = fig.subplots(1, 2), {}
+    colours = _variant_colours(list(by_variant(results)))
+    cols = min(6, len(colours))
+    fig = Figure(figsize=(9, 3.5 + 0.2 * math.ceil(len(colours) / cols)), layout="constrained")
+    axes = fig.subplots(1, 2)
     for r in results:
         recs = read_metrics(run_dir(sc, r["variant"], r["seed"]))
-        c = colours.setdefault(r["variant"], f"C{len(colours)}")
         for ax, key in zip(axes, ("loss", "tau_est")):
-            ax.plot([m["step"] for m in recs], [m[key] for m in recs], color=c, alpha=0.7,
+            ax.plot([m["step"] for m in recs], [m[key] for m in recs], color=colours[r["variant"]], alpha=0.7, lw=1,
                     label=r["variant"] if r["seed"] == sc.seeds[0] else None)
     for ax, title in zip(axes, ("training loss", "τ̂ on training batches, against each run's own labels")):
         ax.set(xlabel="step", title=title)
-    axes[0].legend(fontsize=8)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=cols, fontsize=8)
     return fig
 
 # %% ../nbs/12_recipe_study.ipynb #6e2c5eea
