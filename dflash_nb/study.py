@@ -498,34 +498,44 @@ def gap_rows(results: list[dict], comparisons: dict) -> list[dict]:
     return [row for _, row in sorted((_gap_row(runs, q, *pair) for q, pair in comparisons.items()),
                                      key=lambda x: -x[0])]
 
+# %% ../nbs/12_recipe_study.ipynb #4568927e
+def _variant_colours(names: list) -> dict:
+    "{variant: colour}, distinct for up to 20 variants (tab10, tab20), then spread over a continuous map."
+    n = len(names)
+    if n <= 20: return {v: colormaps["tab10" if n <= 10 else "tab20"](i) for i, v in enumerate(names)}
+    return {v: colormaps["turbo"](i / (n - 1)) for i, v in enumerate(names)}
+
+
 # %% ../nbs/12_recipe_study.ipynb #c3ab501d
 def plot_study_tau(results: list[dict]) -> Figure:
-    "Chain τ and DDTree-(B-1) τ per variant: each seed a dot, the mean with its 95% interval as an error bar."
-    fig = Figure(figsize=(8, 3.5), layout="constrained")
+    "Chain τ and DDTree-(B-1) τ per variant (one row each): each seed a dot, the mean with its 95% interval."
     runs = by_variant(results)
+    fig = Figure(figsize=(9, 0.3 * len(runs) + 1.3), layout="constrained")
     for ax, key, title in zip(fig.subplots(1, 2, sharey=True), ("tau", "tau_equal_cost"),
                               ("chain τ", "DDTree-(B-1) τ (equal cost)")):
         for i, per in enumerate(runs.values()):
             xs = [r[key] for r in per.values()]
             ci = mean_ci(xs)
-            ax.plot([i] * len(xs), xs, ".", color="0.6")
+            ax.plot(xs, [i] * len(xs), ".", color="0.6")
             err = [[ci.mean - ci.lo], [ci.hi - ci.mean]] if ci.n > 1 else None
-            ax.errorbar([i], [ci.mean], yerr=err, fmt="o", capsize=4)
-        ax.set(xticks=range(len(runs)), title=title)
-        ax.set_xticklabels(list(runs), rotation=30, ha="right")
+            ax.errorbar([ci.mean], [i], xerr=err, fmt="o", color="C0", capsize=3)
+        ax.set(yticks=range(len(runs)), title=title, ylim=(len(runs) - 0.5, -0.5))
+        ax.set_yticklabels(list(runs), fontsize=8)
     return fig
 
 # %% ../nbs/12_recipe_study.ipynb #5116cc6f
 def plot_study_acceptance(results: list[dict]) -> Figure:
     "Per-position cumulative acceptance on held-out data, the mean over seeds per variant."
-    fig = Figure(figsize=(6, 3.5), layout="constrained")
+    runs = by_variant(results)
+    colours, cols = _variant_colours(list(runs)), min(4, len(runs))
+    fig = Figure(figsize=(7, 3.5 + 0.2 * math.ceil(len(runs) / cols)), layout="constrained")
     ax = fig.subplots()
-    for name, per in by_variant(results).items():
+    for name, per in runs.items():
         curves = [r["acc_cum"] for r in per.values()]
         mean = [statistics.fmean(c) for c in zip(*curves)]
-        ax.plot(range(1, len(mean) + 1), mean, "-o", ms=3, label=f"{name} ({len(curves)} seeds)")
+        ax.plot(range(1, len(mean) + 1), mean, "-o", ms=3, color=colours[name], label=f"{name} ({len(curves)} seeds)")
     ax.set(xlabel="block slot k", ylabel="P(slots 1..k accepted)", ylim=(0, 1.02), title="acceptance by position")
-    ax.legend(fontsize=8)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=cols, fontsize=8)
     return fig
 
 # %% ../nbs/12_recipe_study.ipynb #118b3639
@@ -582,12 +592,6 @@ def plot_questions(results: list[dict], comparisons: dict) -> Figure:
     return fig
 
 # %% ../nbs/12_recipe_study.ipynb #c0aa82e3
-def _variant_colours(names: list) -> dict:
-    "{variant: colour}, distinct for up to 20 variants (tab10, tab20), then spread over a continuous map."
-    n = len(names)
-    if n <= 20: return {v: colormaps["tab10" if n <= 10 else "tab20"](i) for i, v in enumerate(names)}
-    return {v: colormaps["turbo"](i / (n - 1)) for i, v in enumerate(names)}
-
 def plot_study_training(sc: StudyConfig, results: list[dict]) -> Figure:
     "Training loss and τ̂ against step of every run (from its metrics.jsonl), one colour per variant."
     colours = _variant_colours(list(by_variant(results)))
