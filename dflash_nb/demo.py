@@ -26,11 +26,11 @@ from .evaluate import with_selector_off, table_parts
 from .cli import refusals
 
 # %% auto #0
-__all__ = ['TOKENS', 'LABEL_WORDS', 'SPEED_RANGE', 'STUDY_QUESTIONS', 'DemoConfig', 'quick_demo_config', 'eval_budgets',
-           'stage_cache', 'stage_train', 'stage_upgrade', 'stage_offline', 'stage_checkpoint_tau', 'label_agreement',
-           'stage_labels', 'training_labels', 'plot_training', 'diagnostics_figures', 'speed_summary', 'machine_state',
-           'stage_online', 'stage_ablation', 'stage_selector', 'DemoResults', 'headline_rows', 'study_answer',
-           'write_report', 'run_demo', 'demo_parser', 'demo_main']
+__all__ = ['TOKENS', 'LABEL_WORDS', 'SPEED_RANGE', 'STUDY_QUESTIONS', 'LONG_STUDY', 'DemoConfig', 'quick_demo_config',
+           'eval_budgets', 'stage_cache', 'stage_train', 'stage_upgrade', 'stage_offline', 'stage_checkpoint_tau',
+           'label_agreement', 'stage_labels', 'training_labels', 'plot_training', 'diagnostics_figures',
+           'speed_summary', 'machine_state', 'stage_online', 'stage_ablation', 'stage_selector', 'DemoResults',
+           'headline_rows', 'study_answer', 'gap_section', 'write_report', 'run_demo', 'demo_parser', 'demo_main']
 
 # %% ../nbs/10_demo.ipynb #05a2e240
 @dataclass
@@ -413,6 +413,32 @@ def study_answer() -> str:
             f"equal) measured fused − split Δ chain τ = {fused['Δτ chain']} ({fused['chain']}) and, for split, "
             f"deepest-tap − token labels Δ chain τ = {labels['Δτ chain']} ({labels['chain']}).")
 
+# %% ../nbs/10_demo.ipynb #a53fb4c6
+LONG_STUDY = "study-toy-long"    # the committed long recipe study whose factors the report's gap table ranks
+
+def _plan_text(path: Path) -> str:
+    "What the long study would take at the 27B recipe's scale, from its `plan-27b.json`; '' where it is absent."
+    if not path.exists(): return ""
+    p = json.loads(path.read_text())
+    runs, days = sum(r["runs"] for r in p["rows"]), sum(r["runs"] * r["days per run"] for r in p["rows"])
+    return (f" The same study trained as the 27B recipe (`{p['recipe']}`) is planned at {days:,.0f} days of one "
+            f"{p['rows'][0]['machine']} machine ({runs} runs; `study_plan`).")
+
+def gap_section(data=None) -> list[str]:
+    "Report lines: the long study's factors ranked by their effect on τ (toy scale), and its cost at 27B; [] if absent."
+    from dflash_nb.study import load_study_config, gap_rows
+    from dflash_nb.toy import repo_data_dir
+    data = Path(data or repo_data_dir())
+    if not (res := data / LONG_STUDY / "results.json").exists(): return []
+    sc = load_study_config(data / "configs" / f"{LONG_STUDY}.yaml")
+    rows = gap_rows(json.loads(res.read_text()), sc.comparisons)
+    return ["## What explains a large τ gap (toy scale)", "",
+            f"Each factor of a recipe against its reference, from the committed long study (`data/{LONG_STUDY}`: "
+            f"{len(sc.variants)} variants × {len(sc.seeds)} seeds × {sc.steps} steps on the toy target): Δ chain τ on "
+            "held-out prompts, mean [95% interval over seeds × prompts], at the end of training and at the first budget "
+            "point; a verdict only where the seeds-only interval agrees. Toy scale: at 27B the sizes, and maybe the "
+            "signs, differ." + _plan_text(data / LONG_STUDY / "plan-27b.json"), "", markdown_table(rows), ""]
+
 # %% ../nbs/10_demo.ipynb #d0e1b007
 def _split_text(labels: dict | None) -> str:
     "What the fused-vs-split gap does and does not show: split's labels are not the target's tokens."
@@ -454,7 +480,7 @@ def write_report(out: Path, cfg: DemoConfig, res: DemoResults) -> Path:
              "## More numbers", "", tables(_more_rows(res, B - 1)), "",
              "## How much of τ the deepest tap carries", "", _ablation_text(res.ablation), "",
              "## Fused vs split: what the gap does and does not show", "", _split_text(res.labels), "",
-             *_dflash2_text(res, cfg)]
+             *gap_section(), *_dflash2_text(res, cfg)]
     lines += [f"![{k}]({v})" for k, v in res.files.items()]
     lines += ["", "## Stage timings", "",
               markdown_table([{"stage": k, "seconds": round(v, 1)} for k, v in res.timings.items()])]
