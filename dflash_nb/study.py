@@ -468,8 +468,9 @@ def plateau_rows(results: list[dict], last: float = 0.25, tol: float = 0.02) -> 
         mid = min(steps, key=lambda st: abs(st - (1 - last) * end))
         tau = lambda st: statistics.fmean(next(p["tau"] for p in r["curve"] if p["step"] == st) for r in per.values())
         gain = tau(end) / tau(mid) - 1
-        rows.append({"variant": name, f"tau chain @ step {mid}": f"{tau(mid):.3f}", f"@ step {end}": f"{tau(end):.3f}",
-                     "gain": f"{gain:+.1%}", f"plateau (< {tol:.0%})": "yes" if gain < tol else "no"})
+        rows.append({"variant": name, f"tau chain, {1 - last:.0%} of the budget": f"{tau(mid):.3f} (step {mid})",
+                     "at the end": f"{tau(end):.3f} (step {end})", "gain": f"{gain:+.1%}",
+                     f"plateau (< {tol:.0%})": "yes" if gain < tol else "no"})
     return rows
 
 # %% ../nbs/12_recipe_study.ipynb #ae4b1edd
