@@ -14,7 +14,7 @@ from statistics import median
 from tqdm.auto import tqdm
 from .config import default_target_layer_ids
 from .model import DFlashDraftModel, upgrade_to_dflash2
-from .storage import atomic_write, check_output_dir
+from .storage import atomic_write, check_output_dir, read_json
 from .cache import HiddenStateCache, CacheLayout, select_taps
 from .extract import cached_responses, extract_to_cache
 from .config import TrainConfig
@@ -419,7 +419,7 @@ LONG_STUDY = "study-toy-long"    # the committed long recipe study whose factors
 def _plan_text(path: Path) -> str:
     "What the long study would take at the 27B recipe's scale, from its `plan-27b.json`; '' where it is absent."
     if not path.exists(): return ""
-    p = json.loads(path.read_text())
+    p = read_json(path, "long study plan")
     runs, days = sum(r["runs"] for r in p["rows"]), sum(r["runs"] * r["days per run"] for r in p["rows"])
     return (f" The same study trained as the 27B recipe (`{p['recipe']}`) is planned at {days:,.0f} days of one "
             f"{p['rows'][0]['machine']} machine ({runs} runs; `study_plan`).")
@@ -431,7 +431,7 @@ def gap_section(data=None) -> list[str]:
     data = Path(data or repo_data_dir())
     if not (res := data / LONG_STUDY / "results.json").exists(): return []
     sc = load_study_config(data / "configs" / f"{LONG_STUDY}.yaml")
-    rows = gap_rows(json.loads(res.read_text()), sc.comparisons)
+    rows = gap_rows(read_json(res, "long study results file"), sc.comparisons)
     return ["## What explains a large τ gap (toy scale)", "",
             f"Each factor of a recipe against its reference, from the committed long study (`data/{LONG_STUDY}`: "
             f"{len(sc.variants)} variants × {len(sc.seeds)} seeds × {sc.steps} steps on the toy target): Δ chain τ on "

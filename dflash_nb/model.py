@@ -516,7 +516,7 @@ def read_drafter_tensors(path: str | Path) -> dict:
     if recorded is not None and (missing := [f.name for f in files if f.name not in recorded]):
         raise ValueError(f"{path / DIGESTS} records no digest for {missing}: the checkpoint's files were changed after "
                          "it was written; re-save or re-download it.")
-    for f in files: out.update(_read_weight_file(f, recorded and recorded[f.name]))
+    for f in files: out.update(_read_weight_file(f, None if recorded is None else recorded[f.name]))
     return _check_weights(path, out)
 
 # %% ../nbs/01_model.ipynb #38f7b32a
