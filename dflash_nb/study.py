@@ -7,7 +7,7 @@ Docs: https://dflash-nb.github.io/dflash_nb/recipe_study.html.md"""
 
 # %% ../nbs/12_recipe_study.ipynb #24ba1acc
 from __future__ import annotations
-import argparse, json, math, shutil, statistics, time
+import argparse, json, math, shutil, statistics, sys, time
 import numpy as np
 from scipy.stats import t as t_dist
 from dataclasses import dataclass, field, asdict, fields, replace
@@ -16,7 +16,7 @@ from filelock import FileLock, Timeout
 from fastcore.basics import patch
 from matplotlib import colormaps
 from matplotlib.figure import Figure
-from .storage import atomic_write
+from .storage import atomic_write, read_json
 from .cache import HiddenStateCache, resolve_cache_dir
 from .model import DFlashDraftModel
 from .config import TrainConfig, DRAFTER_KEYS, Range
@@ -30,11 +30,11 @@ from .cli import refusals
 __all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'RETROFIT', 'STUDY_RANGES', 'BUSY', 'SELECTOR_COLUMNS', 'COST_KEYS',
            'StudyConfig', 'run_dir', 'retrofit_init', 'run_config', 'load_study_config', 'StudyInputs', 'load_inputs',
            'held_out_indices', 'evaluate_run', 'budget_curve', 'train_run', 'retrofit_stage', 'retrofit_first_stage',
-           'config_changes', 'run_one', 'claimed_run', 'run_study', 't95', 'Interval', 'mean_ci', 'paired_diff',
-           'verdict', 'hierarchical_interval', 'by_variant', 'summary_rows', 'question_rows', 'trend', 'curve_rows',
-           'plateau_rows', 'gap_rows', 'plot_study_tau', 'plot_study_acceptance', 'plot_question',
+           'config_changes', 'read_result', 'run_one', 'claimed_run', 'run_study', 't95', 'Interval', 'mean_ci',
+           'paired_diff', 'verdict', 'hierarchical_interval', 'by_variant', 'summary_rows', 'question_rows', 'trend',
+           'curve_rows', 'plateau_rows', 'gap_rows', 'plot_study_tau', 'plot_study_acceptance', 'plot_question',
            'plot_question_curve', 'plot_questions', 'plot_study_training', 'slot_loss', 'plot_slot_dilution',
-           'write_study_report', 'study_parser', 'study_main', 'study_plan']
+           'write_study_report', 'finished_results', 'study_parser', 'study_main', 'study_plan']
 
 # %% ../nbs/12_recipe_study.ipynb #7d270c01
 LAUNCHERS = ("inline", "torchrun")
@@ -201,14 +201,14 @@ def held_out_indices(sc: StudyConfig, held_out) -> list[int]:
 
 # %% ../nbs/12_recipe_study.ipynb #68ec8b38
 def evaluate_run(ck, sc: StudyConfig, inputs: StudyInputs, name: str = "drafter") -> dict:
-    "Offline chain τ, DDTree τ (the budgets and B-1) and per-position acceptance of checkpoint `ck` on held-out data."
+    "Offline chain τ (pooled, and per prompt with its rounds), DDTree τ (the budgets and B-1) and acceptance of `ck`."
     model = DFlashDraftModel.from_pretrained(ck, target_model=inputs.target.model).eval()
     eq, idx = model.config.block_size - 1, held_out_indices(sc, inputs.held_out)
     budgets = sorted(set(sc.budgets) | {eq})
     r = offline_tau(model, inputs.held_out, idx, budgets, name)
     out = {"tau": r.tau, "tau_equal_cost": r.tau_tree[eq], "equal_cost_budget": eq,
            "tau_tree": {str(b): t for b, t in r.tau_tree.items()}, "acc_cum": r.acc_cum, "acc_cond": r.acc_cond,
-           "tau_per_prompt": r.tau_per_prompt}
+           "tau_per_prompt": r.tau_per_prompt, "rounds_per_prompt": [len(x) for x in r.rounds]}
     if model.candidate_selector is not None:      # DFlash 2: the lattice tree, and the same drafter without its selector
         off = offline_tau(model.without_selector(), inputs.held_out, idx, (), name)
         out |= {"tau_lattice_equal_cost": r.tau_lattice[eq], "tau_selector_off": off.tau}
@@ -220,8 +220,8 @@ def _checkpoints(run: Path) -> list[Path]:
     return sorted((run / "checkpoints").glob("step-*"))
 
 def budget_curve(run: Path, sc: StudyConfig, inputs: StudyInputs, name: str, offset: int = 0) -> list[dict]:
-    "[{step, tau, tau_equal_cost, tau_per_prompt}] of every checkpoint `run` saved, `offset` added to its step."
-    keep = ("tau", "tau_equal_cost", "tau_per_prompt")
+    "[{step, tau, tau_equal_cost, tau_per_prompt, rounds_per_prompt}] of every checkpoint `run` saved, `offset` added."
+    keep = ("tau", "tau_equal_cost", "tau_per_prompt", "rounds_per_prompt")
     return [{"step": int(ck.name.removeprefix("step-")) + offset} | {k: v for k, v in evaluate_run(ck, sc, inputs, name).items()
                                                                      if k in keep} for ck in _checkpoints(run)]
 
@@ -271,30 +271,45 @@ def config_changes(saved: dict, cfg: TrainConfig) -> dict:
     was = lambda k: saved.get(k, default[k])
     return {k: (was(k), v) for k, v in now.items() if k not in RESUME_FREE and was(k) != v}
 
+def read_result(sc: StudyConfig, name: str, seed: int) -> dict | None:
+    "The saved result of variant `name` with `seed` (None: not finished), refused if the study's settings changed."
+    path = run_dir(sc, name, seed) / "result.json"
+    if not path.exists(): return None
+    res = read_json(path, "study run's result")
+    if diff := config_changes(res["config"], run_config(sc, name, seed)):
+        raise ValueError(f"{path} was made with other settings (saved, now): {diff}. Restore them, or use a new out_dir.")
+    return res
+
+def _evaluation(sc: StudyConfig, name: str, seed: int, inputs: StudyInputs, ck: Path) -> dict:
+    "What a result holds about run (`name`, `seed`) ending in checkpoint `ck`: held-out τ at the end and along the budget."
+    retrofit = "retrofit_from" in sc.variants[name]
+    out = evaluate_run(ck, sc, inputs, name)
+    first = budget_curve(run_dir(sc, name, seed) / "stage-1", sc, inputs, name) if retrofit else []
+    out["curve"] = first + budget_curve(run_dir(sc, name, seed), sc, inputs, name,
+                                        sc.variants[name]["retrofit_at"] if retrofit else 0)
+    return out
+
 def run_one(sc: StudyConfig, name: str, seed: int, inputs: StudyInputs, stop_after: int | None = None) -> dict | None:
     "The result of variant `name` with `seed`: read if finished, else trained (resumed) and evaluated; None if stopped."
-    cfg = run_config(sc, name, seed)
     path = run_dir(sc, name, seed) / "result.json"
-    if path.exists():
-        res = json.loads(path.read_text())
-        if diff := config_changes(res["config"], cfg):
-            raise ValueError(f"{path} was made with other settings (saved, now): {diff}. Restore them, or use a "
-                             "new out_dir.")
-        return res
-    t0 = time.perf_counter()
-    retrofit = "retrofit_from" in sc.variants[name]
-    if retrofit and not retrofit_first_stage(sc, name, seed, inputs, stop_after): return None
-    ck = train_run(cfg, sc, inputs, stop_after)
-    if ck is None: return None
-    res = {"variant": name, "seed": seed, "steps": sc.steps, "checkpoint": str(ck), "config": asdict(cfg)}
-    t1 = time.perf_counter()
-    res |= evaluate_run(ck, sc, inputs, name)
-    first = budget_curve(run_dir(sc, name, seed) / "stage-1", sc, inputs, name) if retrofit else []
-    res["curve"] = first + budget_curve(run_dir(sc, name, seed), sc, inputs, name,
-                                        sc.variants[name]["retrofit_at"] if retrofit else 0)
-    res["seconds"] = {"train": round(t1 - t0, 1), "eval": round(time.perf_counter() - t1, 1)}  # this process's part
+    if (res := read_result(sc, name, seed)) is not None:
+        if "rounds_per_prompt" in res: return res
+        print(f"{path}: written by an older version (no rounds per prompt); evaluating its checkpoints again",
+              file=sys.stderr)
+        res |= _evaluation(sc, name, seed, inputs, _checkpoints(run_dir(sc, name, seed))[-1])
+    else:
+        cfg, t0 = run_config(sc, name, seed), time.perf_counter()
+        if "retrofit_from" in sc.variants[name] and not retrofit_first_stage(sc, name, seed, inputs, stop_after):
+            return None
+        ck = train_run(cfg, sc, inputs, stop_after)
+        if ck is None: return None
+        res = {"variant": name, "seed": seed, "steps": sc.steps, "checkpoint": str(ck), "config": asdict(cfg)}
+        t1 = time.perf_counter()
+        res |= _evaluation(sc, name, seed, inputs, ck)
+        res["seconds"] = {"train": round(t1 - t0, 1), "eval": round(time.perf_counter() - t1, 1)}  # this process's part
     atomic_write(path, lambda p: p.write_text(json.dumps(res, indent=1)))
     return _json(res)
+
 
 # %% ../nbs/12_recipe_study.ipynb #fc23a89b
 BUSY = "busy"  # what `claimed_run` returns for a run another process is working on
@@ -362,19 +377,27 @@ def verdict(d: Interval, higher_is_better: bool = True) -> str:
     return "better" if (d.lo > 0) == higher_is_better else "worse"
 
 # %% ../nbs/12_recipe_study.ipynb #5e8bd774
-def hierarchical_interval(diffs: dict, n_boot: int = 10000, seed: int = 0) -> Interval:
-    "Mean of paired per-prompt differences {seed: [per prompt]} and its 95% bootstrap interval over seeds and prompts."
-    rows = [list(diffs[s]) for s in sorted(diffs)]
-    if len(rows) < 2 or len({len(r) for r in rows}) != 1 or not rows[0]:
+def _counts(per_seed: dict) -> np.ndarray:
+    "[2, seeds, prompts]: tokens (τ × rounds) and rounds of each prompt, from {seed: (τ per prompt, rounds per prompt)}."
+    rows = [per_seed[s] for s in sorted(per_seed)]
+    tau, rounds = (np.array([r[i] for r in rows], dtype=np.float64) for i in (0, 1))
+    return np.stack([tau * rounds, rounds])
+
+def hierarchical_interval(var: dict, ref: dict, n_boot: int = 10000, seed: int = 0) -> Interval:
+    "Paired Δ pooled τ, `var` − `ref` ({seed: (τ, rounds) per prompt}), mean over seeds; 95% bootstrap over seeds × prompts."
+    shapes = {np.shape(x) for d in (var, ref) for r in d.values() for x in r}
+    if sorted(var) != sorted(ref) or len(var) < 2 or len(shapes) != 1 or not min(shapes)[0]:
         raise ValueError("A seeds x prompts interval needs at least 2 seeds, each with the same held-out prompts.")
-    x = np.array(rows, dtype=np.float64)                                              # [seeds, prompts]
-    S, P = x.shape
+    v, r = _counts(var), _counts(ref)                                            # [2, seeds, prompts]
+    S, P = v.shape[1:]
     g = np.random.default_rng(seed)
-    seeds = g.integers(0, S, (n_boot, S))
+    seeds = g.integers(0, S, (n_boot, S))[..., None]
     prompts = g.integers(0, P, (n_boot, 1, P))                   # one draw of prompts for all seeds: they share them
-    means = x[seeds[..., None], prompts].mean((1, 2))
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    return Interval(float(x.mean()), float(lo), float(hi), S)
+    pooled = lambda c, s, p: c[0][s, p].sum(-1) / c[1][s, p].sum(-1)
+    diffs = (pooled(v, seeds, prompts) - pooled(r, seeds, prompts)).mean(-1)
+    lo, hi = np.percentile(diffs, [2.5, 97.5])
+    every = np.arange(S)[:, None], np.arange(P)[None]
+    return Interval(float((pooled(v, *every) - pooled(r, *every)).mean()), float(lo), float(hi), S)
 
 # %% ../nbs/12_recipe_study.ipynb #8ecec53c
 def by_variant(results: list[dict]) -> dict:
@@ -408,10 +431,10 @@ def _per_seed(per: dict, key: str) -> dict:
     "{seed: result[key]} of one variant's results."
     return {s: r[key] for s, r in per.items()}
 
-def _per_prompt_diffs(var: dict, ref: dict) -> dict | None:
-    "{seed: [per-prompt chain τ of `var` − `ref`]}, or None when a run did not keep its τ per prompt."
-    if not all("tau_per_prompt" in r for r in (*var.values(), *ref.values())): return None
-    return {s: [a - b for a, b in zip(var[s]["tau_per_prompt"], ref[s]["tau_per_prompt"])] for s in sorted(var)}
+def _per_prompt(per: dict) -> dict | None:
+    "{seed: (chain τ, rounds) per prompt} of one variant's runs (or curve points); None if one did not keep them."
+    if not all("rounds_per_prompt" in r for r in per.values()): return None
+    return {s: (r["tau_per_prompt"], r["rounds_per_prompt"]) for s, r in per.items()}
 
 def question_rows(results: list[dict], comparisons: dict) -> list[dict]:
     "One row per question {name: (reference, variant)}: paired Δτ (seeds; seeds × prompts where kept), verdicts."
@@ -423,8 +446,8 @@ def question_rows(results: list[dict], comparisons: dict) -> list[dict]:
         for key, col in (("tau", "chain"), ("tau_equal_cost", "DDTree-(B-1)")):
             d = paired_diff(_per_seed(runs[var], key), _per_seed(runs[ref], key))
             row |= {f"Δτ {col}": str(d), f"{col}": verdict(d)}
-        if (diffs := _per_prompt_diffs(runs[var], runs[ref])) is not None:
-            h = hierarchical_interval(diffs)
+        if None not in (a := _per_prompt(runs[var]), b := _per_prompt(runs[ref])):
+            h = hierarchical_interval(a, b)
             row["Δτ chain, seeds × prompts"] = str(h)
             if verdict(h) != row["chain"]: row["chain"] = "no measurable difference"     # called only when both agree
         rows.append(row)
@@ -485,9 +508,10 @@ def _gap_row(runs: dict, q: str, ref: str, var: str) -> tuple[float, dict]:
     h = {}
     for st in (steps[0], steps[-1]):
         a, b = _at_step(runs[var], st), _at_step(runs[ref], st)
-        if (diffs := _per_prompt_diffs(a, b)) is None:
-            raise ValueError(f"question {q!r}: runs without τ per prompt at step {st}; rerun them with this version.")
-        h[st] = hierarchical_interval(diffs)
+        if None in (pa := _per_prompt(a), pb := _per_prompt(b)):
+            raise ValueError(f"question {q!r}: runs without τ and rounds per prompt at step {st} (an older version's): "
+                             "run dflash-study on the study again, which evaluates them again.")
+        h[st] = hierarchical_interval(pa, pb)
     end, seeds = h[steps[-1]], paired_diff(_per_seed(a, "tau"), _per_seed(b, "tau"))
     return abs(end.mean), {"factor": q, "Δτ chain at the end": str(end), "at the first budget point": str(h[steps[0]]),
                            "verdict": verdict(end) if verdict(end) == verdict(seeds) else "no measurable difference",
@@ -635,38 +659,60 @@ def plot_slot_dilution(sc: StudyConfig, results: list[dict], slots=(1, 2, 4, 8, 
     return fig
 
 # %% ../nbs/12_recipe_study.ipynb #39a839e9
-def _report_figures(sc: StudyConfig, results: list[dict]) -> dict:
+def _report_figures(sc: StudyConfig, results: list[dict], questions: dict) -> dict:
     "{file stem: Figure} of a study's report: the overview plots, one per question, and the dilution plot if recorded."
     figs = {"tau": plot_study_tau(results), "acceptance": plot_study_acceptance(results),
             "training": plot_study_training(sc, results)}
-    figs["questions"] = plot_questions(results, sc.comparisons)
-    for i, (q, (ref, var)) in enumerate(sc.comparisons.items()):
+    if questions: figs["questions"] = plot_questions(results, questions)
+    for i, (q, (ref, var)) in enumerate(questions.items()):
         figs[f"question-{i + 1}"] = plot_question(results, ref, var, q)
-    if curve_rows(results, sc.comparisons):
-        for i, (q, (ref, var)) in enumerate(sc.comparisons.items()):
+    if curve_rows(results, questions):
+        for i, (q, (ref, var)) in enumerate(questions.items()):
             figs[f"curve-{i + 1}"] = plot_question_curve(results, ref, var, q)
-    if sc.slot_grads_every and sc.slot_grads_variants: figs["slot-dilution"] = plot_slot_dilution(sc, results)
+    if sc.slot_grads_every and sc.slot_grads_variants and set(sc.slot_grads_variants) <= set(by_variant(results)):
+        figs["slot-dilution"] = plot_slot_dilution(sc, results)
     return figs
 
-def write_study_report(sc: StudyConfig, results: list[dict]) -> Path:
+def _interim_text(sc: StudyConfig, unfinished: list) -> str:
+    "The line an interim report opens with: which runs it lacks, and what it leaves out for them."
+    if not unfinished: return ""
+    left = {}
+    for n, s in unfinished: left.setdefault(n, []).append(str(s))
+    runs = "; ".join(f"{n} seed {', '.join(seeds)}" for n, seeds in left.items())
+    return (f"**Interim report: {len(unfinished)} of {len(sc.variants) * len(sc.seeds)} runs are not finished** "
+            f"({runs}). Variants without every seed, and the questions "
+            "that need them, are left out until they are.\n\n")
+
+def write_study_report(sc: StudyConfig, results: list[dict], unfinished: list = ()) -> Path:
     "out_dir/report/report.md (the variant and question tables) with a PNG per figure beside it."
     out = Path(sc.out_dir) / "report"
     out.mkdir(parents=True, exist_ok=True)
-    figs, curve, flat = _report_figures(sc, results), curve_rows(results, sc.comparisons), plateau_rows(results)
+    waiting = {n for n, _ in unfinished}
+    questions = {q: pair for q, pair in sc.comparisons.items() if not waiting & set(pair)}
+    figs, curve, flat = _report_figures(sc, results, questions), curve_rows(results, questions), plateau_rows(results)
     for name, fig in figs.items(): atomic_write(out / f"{name}.png", lambda p: fig.savefig(p, format="png", dpi=80))
-    text = (f"# Recipe study: {len(sc.variants)} variants × {len(sc.seeds)} seeds, {sc.steps} steps each\n\n"
-            f"Baseline: `{sc.baseline}`. τ on held-out data, mean [95% t-interval over seeds]; the difference is "
+    k = len(by_variant(results))
+    text = (f"# Recipe study: {k} variant{'s' * (k != 1)} × {len(sc.seeds)} seeds, {sc.steps} steps each\n\n"
+            + _interim_text(sc, unfinished) + f"Baseline: `{sc.baseline}`. τ on held-out data, mean [95% t-interval over seeds]; the difference is "
             "paired by seed (chain τ). DDTree-(B-1) verifies as many tokens as a chain round.\n\n"
             + markdown_table(summary_rows(results, sc.baseline)) + "\n\n"
             + ("## Questions\n\nΔτ = variant − reference, paired by seed, mean [95% t-interval]; a verdict is 'better' "
                "or 'worse' only when the interval excludes 0.\n\n"
-               + markdown_table(question_rows(results, sc.comparisons)) + "\n\n" if sc.comparisons else "")
+               + markdown_table(question_rows(results, questions)) + "\n\n" if questions else "")
             + (f"## Δτ against training budget\n\n{markdown_table(curve)}\n\n" if curve else "")
             + (f"## Plateau\n\nHeld-out chain τ, mean over seeds, over the last quarter of training; a variant is at "
                f"its plateau when it gained < 2% there.\n\n{markdown_table(flat)}\n\n" if flat else "")
             + "".join(f"![{k}]({k}.png)\n" for k in figs))
     atomic_write(out / "results.json", lambda p: p.write_text(json.dumps(results, indent=1)))
     return atomic_write(out / "report.md", lambda p: p.write_text(text))
+
+# %% ../nbs/12_recipe_study.ipynb #09913da2
+def finished_results(sc: StudyConfig) -> tuple[list[dict], list[tuple]]:
+    "Without training: the results of the variants whose every seed is finished, and the (variant, seed) runs that are not."
+    got = {(n, s): read_result(sc, n, s) for n in sc.variants for s in sc.seeds}
+    unfinished = [run for run, r in got.items() if r is None]
+    waiting = {n for n, _ in unfinished}
+    return [r for (n, _), r in got.items() if n not in waiting], unfinished
 
 # %% ../nbs/12_recipe_study.ipynb #2de89511
 def study_parser() -> argparse.ArgumentParser:
@@ -677,6 +723,7 @@ def study_parser() -> argparse.ArgumentParser:
     ap.add_argument("--config", required=True, help="study YAML (keys: the fields of StudyConfig)")
     ap.add_argument("--out-dir", help="override out_dir")
     ap.add_argument("--seeds", type=int, nargs="+", help="train only these of the study's seeds (default: all)")
+    ap.add_argument("--report-only", action="store_true", help="train nothing: report the runs finished so far")
     return ap
 
 # %% ../nbs/12_recipe_study.ipynb #cbe9e0c5
@@ -689,7 +736,7 @@ def study_main(argv=None) -> None:
         if a.seeds and (bad := sorted(set(a.seeds) - set(sc.seeds))):
             raise ValueError(f"--seeds {bad}: not seeds of {a.config} ({sc.seeds}); give some of those.")
         sc = replace(sc, seeds=a.seeds or sc.seeds)
-        path = write_study_report(sc, run_study(sc))
+        path = write_study_report(sc, *finished_results(sc)) if a.report_only else write_study_report(sc, run_study(sc))
     print(f"report: {path}")
 
 # %% ../nbs/12_recipe_study.ipynb #65678572
