@@ -687,7 +687,7 @@ def write_study_report(sc: StudyConfig, results: list[dict], unfinished: list = 
     "out_dir/report/report.md (the variant and question tables) with a PNG per figure beside it."
     out = Path(sc.out_dir) / "report"
     out.mkdir(parents=True, exist_ok=True)
-    waiting = {n for n, _ in unfinished}
+    summary, waiting = summary_rows(results, sc.baseline), {n for n, _ in unfinished}    # no baseline: refused first
     questions = {q: pair for q, pair in sc.comparisons.items() if not waiting & set(pair)}
     figs, curve, flat = _report_figures(sc, results, questions), curve_rows(results, questions), plateau_rows(results)
     for name, fig in figs.items(): atomic_write(out / f"{name}.png", lambda p: fig.savefig(p, format="png", dpi=80))
@@ -695,7 +695,7 @@ def write_study_report(sc: StudyConfig, results: list[dict], unfinished: list = 
     text = (f"# Recipe study: {k} variant{'s' * (k != 1)} × {len(sc.seeds)} seeds, {sc.steps} steps each\n\n"
             + _interim_text(sc, unfinished) + f"Baseline: `{sc.baseline}`. τ on held-out data, mean [95% t-interval over seeds]; the difference is "
             "paired by seed (chain τ). DDTree-(B-1) verifies as many tokens as a chain round.\n\n"
-            + markdown_table(summary_rows(results, sc.baseline)) + "\n\n"
+            + markdown_table(summary) + "\n\n"
             + ("## Questions\n\nΔτ = variant − reference, paired by seed, mean [95% t-interval]; a verdict is 'better' "
                "or 'worse' only when the interval excludes 0.\n\n"
                + markdown_table(question_rows(results, questions)) + "\n\n" if questions else "")
