@@ -33,8 +33,8 @@ __all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'RETROFIT', 'STUDY_RANGES',
            'config_changes', 'read_result', 'run_one', 'claimed_run', 'run_study', 't95', 'Interval', 'mean_ci',
            'paired_diff', 'verdict', 'hierarchical_interval', 'by_variant', 'summary_rows', 'question_rows', 'trend',
            'curve_rows', 'plateau_rows', 'gap_rows', 'plot_study_tau', 'plot_study_acceptance', 'plot_question',
-           'plot_question_curve', 'plot_questions', 'plot_study_training', 'slot_loss', 'plot_slot_dilution',
-           'write_study_report', 'finished_results', 'study_parser', 'study_main', 'study_plan']
+           'plot_question_curve', 'plot_question_curves', 'plot_questions', 'plot_study_training', 'slot_loss',
+           'plot_slot_dilution', 'write_study_report', 'finished_results', 'study_parser', 'study_main', 'study_plan']
 
 # %% ../nbs/12_recipe_study.ipynb #7d270c01
 LAUNCHERS = ("inline", "torchrun")
@@ -587,16 +587,38 @@ def plot_question(results: list[dict], ref: str, var: str, title: str = "") -> F
     return fig
 
 # %% ../nbs/12_recipe_study.ipynb #1f2c6474
-def plot_question_curve(results: list[dict], ref: str, var: str, title: str = "") -> Figure:
-    "One question along the training budget: paired Δ chain τ, mean ± 95% CI over seeds, at each checkpoint step."
-    fig = Figure(figsize=(5, 3.2), layout="constrained")
-    ax = fig.subplots()
-    ds = _curve_diffs(by_variant(results), ref, var)
+def _draw_curve(ax, runs: dict, ref: str, var: str) -> None:
+    "Paired Δ chain τ of `var` − `ref` at each checkpoint step: 95% bars over seeds, a band over seeds × prompts if kept."
+    ds = _curve_diffs(runs, ref, var)
     steps, cis = list(ds), list(ds.values())
     err = [[c.mean - c.lo for c in cis], [c.hi - c.mean for c in cis]] if all(c.n > 1 for c in cis) else None
-    ax.errorbar(steps, [c.mean for c in cis], yerr=err, fmt="-o", capsize=4)
+    ax.errorbar(steps, [c.mean for c in cis], yerr=err, fmt="-o", ms=3, capsize=3, label="95%, seeds")
+    kept = [(_per_prompt(_at_step(runs[var], st)), _per_prompt(_at_step(runs[ref], st))) for st in steps]
+    if err and all(None not in pair for pair in kept):
+        hs = [hierarchical_interval(*pair) for pair in kept]
+        ax.fill_between(steps, [h.lo for h in hs], [h.hi for h in hs], alpha=0.25, label="95%, seeds × prompts")
     ax.axhline(0, color="0.3", lw=0.8)
+
+def plot_question_curve(results: list[dict], ref: str, var: str, title: str = "") -> Figure:
+    "One question along the training budget: paired Δ chain τ with its 95% intervals at each checkpoint step."
+    fig = Figure(figsize=(5, 3.2), layout="constrained")
+    ax = fig.subplots()
+    _draw_curve(ax, by_variant(results), ref, var)
     ax.set(xlabel="training step", ylabel=f"Δ chain τ ({var} − {ref})", title=title or f"{var} vs {ref}")
+    ax.legend(fontsize=7)
+    return fig
+
+def plot_question_curves(results: list[dict], comparisons: dict, cols: int = 4) -> Figure:
+    "Every question along the training budget, one small panel each (shared step axis): does a difference grow or flip?"
+    runs, rows = by_variant(results), math.ceil(len(comparisons) / cols)
+    fig = Figure(figsize=(3 * cols, 2.2 * rows + 0.4), layout="constrained")
+    axes = fig.subplots(rows, cols, sharex=True, squeeze=False).ravel()
+    for ax, (q, (ref, var)) in zip(axes, comparisons.items()):
+        _draw_curve(ax, runs, ref, var)
+        ax.set_title(q, fontsize=8)
+    for ax in axes[len(comparisons):]: ax.set_axis_off()
+    fig.supxlabel("training step", fontsize=9)
+    fig.supylabel("Δ chain τ, variant − reference", fontsize=9)
     return fig
 
 # %% ../nbs/12_recipe_study.ipynb #f635b30e
@@ -667,6 +689,7 @@ def _report_figures(sc: StudyConfig, results: list[dict], questions: dict) -> di
     for i, (q, (ref, var)) in enumerate(questions.items()):
         figs[f"question-{i + 1}"] = plot_question(results, ref, var, q)
     if curve_rows(results, questions):
+        figs["curves"] = plot_question_curves(results, questions)
         for i, (q, (ref, var)) in enumerate(questions.items()):
             figs[f"curve-{i + 1}"] = plot_question_curve(results, ref, var, q)
     if sc.slot_grads_every and sc.slot_grads_variants and set(sc.slot_grads_variants) <= set(by_variant(results)):
