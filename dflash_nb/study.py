@@ -714,13 +714,16 @@ def write_study_report(sc: StudyConfig, results: list[dict], unfinished: list = 
     questions = {q: pair for q, pair in sc.comparisons.items() if not waiting & set(pair)}
     figs, curve, flat = _report_figures(sc, results, questions), curve_rows(results, questions), plateau_rows(results)
     for name, fig in figs.items(): atomic_write(out / f"{name}.png", lambda p: fig.savefig(p, format="png", dpi=80))
-    k = len(by_variant(results))
-    text = (f"# Recipe study: {k} variant{'s' * (k != 1)} × {len(sc.seeds)} seeds, {sc.steps} steps each\n\n"
-            + _interim_text(sc, unfinished) + f"Baseline: `{sc.baseline}`. τ on held-out data, mean [95% t-interval over seeds]; the difference is "
+    for old in out.glob("*.png"):
+        if old.stem not in figs: old.unlink()                 # a figure an earlier report drew and this one does not
+    n = lambda k, what: f"{k} {what}{'s' * (k != 1)}"
+    text = (f"# Recipe study: {n(len(by_variant(results)), 'variant')} × {n(len(sc.seeds), 'seed')}, {sc.steps} steps "
+            "each\n\n" + _interim_text(sc, unfinished) + f"Baseline: `{sc.baseline}`. τ on held-out data, mean [95% t-interval over seeds]; the difference is "
             "paired by seed (chain τ). DDTree-(B-1) verifies as many tokens as a chain round.\n\n"
             + markdown_table(summary) + "\n\n"
             + ("## Questions\n\nΔτ = variant − reference, paired by seed, mean [95% t-interval]; a verdict is 'better' "
-               "or 'worse' only when the interval excludes 0.\n\n"
+               "or 'worse' only when the interval excludes 0 (for chain τ, where the runs kept their rounds per prompt, "
+               "only when the seeds × prompts interval excludes it on the same side too).\n\n"
                + markdown_table(question_rows(results, questions)) + "\n\n" if questions else "")
             + (f"## Δτ against training budget\n\n{markdown_table(curve)}\n\n" if curve else "")
             + (f"## Plateau\n\nHeld-out chain τ, mean over seeds, over the last quarter of training; a variant is at "
