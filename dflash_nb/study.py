@@ -32,9 +32,10 @@ __all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'RETROFIT', 'STUDY_RANGES',
            'held_out_indices', 'evaluate_run', 'budget_curve', 'train_run', 'retrofit_stage', 'retrofit_first_stage',
            'config_changes', 'read_result', 'run_one', 'claimed_run', 'run_study', 't95', 'Interval', 'mean_ci',
            'paired_diff', 'verdict', 'hierarchical_interval', 'by_variant', 'summary_rows', 'question_rows', 'trend',
-           'curve_rows', 'plateau_rows', 'gap_rows', 'plot_study_tau', 'plot_study_acceptance', 'plot_question',
-           'plot_question_curve', 'plot_question_curves', 'plot_questions', 'plot_study_training', 'slot_loss',
-           'plot_slot_dilution', 'write_study_report', 'finished_results', 'study_parser', 'study_main', 'study_plan']
+           'curve_rows', 'plateau_rows', 'gap_rows', 'plot_study_tau', 'plot_study_acceptance', 'plot_tau_curves',
+           'plot_question', 'plot_question_curve', 'plot_question_curves', 'plot_questions', 'plot_study_training',
+           'slot_loss', 'plot_slot_dilution', 'write_study_report', 'finished_results', 'study_parser', 'study_main',
+           'study_plan']
 
 # %% ../nbs/12_recipe_study.ipynb #7d270c01
 LAUNCHERS = ("inline", "torchrun")
@@ -563,6 +564,22 @@ def plot_study_acceptance(results: list[dict]) -> Figure:
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=cols, fontsize=8)
     return fig
 
+# %% ../nbs/12_recipe_study.ipynb #885ec152
+def plot_tau_curves(results: list[dict]) -> Figure:
+    "Held-out chain τ and DDTree-(B-1) τ against training step, the mean over seeds per variant (runs with curves)."
+    runs = by_variant(results)
+    colours, cols = _variant_colours(list(runs)), min(6, len(runs))
+    fig = Figure(figsize=(9, 3.5 + 0.2 * math.ceil(len(runs) / cols)), layout="constrained")
+    axes = fig.subplots(1, 2, sharex=True)
+    for name, per in runs.items():
+        steps = sorted(set.intersection(*({p["step"] for p in r["curve"]} for r in per.values())))
+        for ax, key in zip(axes, ("tau", "tau_equal_cost")):
+            mean = [statistics.fmean(p[key] for p in _at_step(per, st).values()) for st in steps]
+            ax.plot(steps, mean, "-o", ms=2, lw=1, color=colours[name], label=name)
+    for ax, title in zip(axes, ("chain τ", "DDTree-(B-1) τ (equal cost)")): ax.set(xlabel="training step", title=title)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=cols, fontsize=8)
+    return fig
+
 # %% ../nbs/12_recipe_study.ipynb #118b3639
 def plot_question(results: list[dict], ref: str, var: str, title: str = "") -> Figure:
     "One question: both variants' acceptance by position (left); per-seed paired Δτ, mean ± 95% CI (right)."
@@ -688,6 +705,7 @@ def _report_figures(sc: StudyConfig, results: list[dict], questions: dict) -> di
     if questions: figs["questions"] = plot_questions(results, questions)
     for i, (q, (ref, var)) in enumerate(questions.items()):
         figs[f"question-{i + 1}"] = plot_question(results, ref, var, q)
+    if all("curve" in r for r in results): figs["tau-curves"] = plot_tau_curves(results)
     if curve_rows(results, questions):
         figs["curves"] = plot_question_curves(results, questions)
         for i, (q, (ref, var)) in enumerate(questions.items()):
