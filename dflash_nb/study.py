@@ -278,11 +278,12 @@ def read_result(sc: StudyConfig, name: str, seed: int) -> dict | None:
     if not path.exists(): return None
     res = read_json(path, "study run's result")
     if diff := config_changes(res["config"], run_config(sc, name, seed)):
-        raise ValueError(f"{path} was made with other settings (saved, now): {diff}. Restore them, or use a new out_dir.")
+        raise ValueError(f"{path} was made with other settings (saved, now): {diff}. Restore them, or use a new "
+                         "out_dir.")
     return res
 
 def _evaluation(sc: StudyConfig, name: str, seed: int, inputs: StudyInputs, ck: Path) -> dict:
-    "What a result holds about run (`name`, `seed`) ending in checkpoint `ck`: held-out τ at the end and along the budget."
+    "What a result holds about run (`name`, `seed`) ending in `ck`: held-out τ at the end and along the budget."
     retrofit = "retrofit_from" in sc.variants[name]
     out = evaluate_run(ck, sc, inputs, name)
     first = budget_curve(run_dir(sc, name, seed) / "stage-1", sc, inputs, name) if retrofit else []
@@ -379,13 +380,13 @@ def verdict(d: Interval, higher_is_better: bool = True) -> str:
 
 # %% ../nbs/12_recipe_study.ipynb #5e8bd774
 def _counts(per_seed: dict) -> np.ndarray:
-    "[2, seeds, prompts]: tokens (τ × rounds) and rounds of each prompt, from {seed: (τ per prompt, rounds per prompt)}."
+    "[2, seeds, prompts]: tokens (τ × rounds) and rounds of each prompt, from {seed: (τ, rounds) per prompt}."
     rows = [per_seed[s] for s in sorted(per_seed)]
     tau, rounds = (np.array([r[i] for r in rows], dtype=np.float64) for i in (0, 1))
     return np.stack([tau * rounds, rounds])
 
 def hierarchical_interval(var: dict, ref: dict, n_boot: int = 10000, seed: int = 0) -> Interval:
-    "Paired Δ pooled τ, `var` − `ref` ({seed: (τ, rounds) per prompt}), mean over seeds; 95% bootstrap over seeds × prompts."
+    "Paired Δ pooled τ, `var` − `ref` ({seed: (τ, rounds) per prompt}): seeds' mean, 95% bootstrap (seeds × prompts)."
     shapes = {np.shape(x) for d in (var, ref) for r in d.values() for x in r}
     if sorted(var) != sorted(ref) or len(var) < 2 or len(shapes) != 1 or not min(shapes)[0]:
         raise ValueError("A seeds x prompts interval needs at least 2 seeds, each with the same held-out prompts.")
@@ -605,7 +606,7 @@ def plot_question(results: list[dict], ref: str, var: str, title: str = "") -> F
 
 # %% ../nbs/12_recipe_study.ipynb #1f2c6474
 def _draw_curve(ax, runs: dict, ref: str, var: str) -> None:
-    "Paired Δ chain τ of `var` − `ref` at each checkpoint step: 95% bars over seeds, a band over seeds × prompts if kept."
+    "Paired Δ chain τ of `var` − `ref` at each checkpoint step: 95% bars over seeds, a seeds × prompts band if kept."
     ds = _curve_diffs(runs, ref, var)
     steps, cis = list(ds), list(ds.values())
     err = [[c.mean - c.lo for c in cis], [c.hi - c.mean for c in cis]] if all(c.n > 1 for c in cis) else None
@@ -736,12 +737,13 @@ def write_study_report(sc: StudyConfig, results: list[dict], unfinished: list = 
         if old.stem not in figs: old.unlink()                 # a figure an earlier report drew and this one does not
     n = lambda k, what: f"{k} {what}{'s' * (k != 1)}"
     text = (f"# Recipe study: {n(len(by_variant(results)), 'variant')} × {n(len(sc.seeds), 'seed')}, {sc.steps} steps "
-            "each\n\n" + _interim_text(sc, unfinished) + f"Baseline: `{sc.baseline}`. τ on held-out data, mean [95% t-interval over seeds]; the difference is "
+            "each\n\n" + _interim_text(sc, unfinished)
+            + f"Baseline: `{sc.baseline}`. τ on held-out data, mean [95% t-interval over seeds]; the difference is "
             "paired by seed (chain τ). DDTree-(B-1) verifies as many tokens as a chain round.\n\n"
             + markdown_table(summary) + "\n\n"
             + ("## Questions\n\nΔτ = variant − reference, paired by seed, mean [95% t-interval]; a verdict is 'better' "
-               "or 'worse' only when the interval excludes 0 (for chain τ, where the runs kept their rounds per prompt, "
-               "only when the seeds × prompts interval excludes it on the same side too).\n\n"
+               "or 'worse' only when the interval excludes 0 (for chain τ, where the runs kept their rounds per "
+               "prompt, only when the seeds × prompts interval excludes it on the same side too).\n\n"
                + markdown_table(question_rows(results, questions)) + "\n\n" if questions else "")
             + (f"## Δτ against training budget\n\n{markdown_table(curve)}\n\n" if curve else "")
             + (f"## Plateau\n\nHeld-out chain τ, mean over seeds, over the last quarter of training; a variant is at "
@@ -752,7 +754,7 @@ def write_study_report(sc: StudyConfig, results: list[dict], unfinished: list = 
 
 # %% ../nbs/12_recipe_study.ipynb #09913da2
 def finished_results(sc: StudyConfig) -> tuple[list[dict], list[tuple]]:
-    "Without training: the results of the variants whose every seed is finished, and the (variant, seed) runs that are not."
+    "Without training: the results of the variants with every seed finished, and the (variant, seed) runs not finished."
     got = {(n, s): read_result(sc, n, s) for n in sc.variants for s in sc.seeds}
     unfinished = [run for run, r in got.items() if r is None]
     waiting = {n for n, _ in unfinished}
