@@ -298,7 +298,13 @@ def run_one(sc: StudyConfig, name: str, seed: int, inputs: StudyInputs, stop_aft
         if "rounds_per_prompt" in res: return res
         print(f"{path}: written by an older version (no rounds per prompt); evaluating its checkpoints again",
               file=sys.stderr)
-        res |= _evaluation(sc, name, seed, inputs, _checkpoints(run_dir(sc, name, seed))[-1])
+        cks = _checkpoints(run_dir(sc, name, seed))
+        again = _evaluation(sc, name, seed, inputs, cks[-1]) if cks else {"curve": []}
+        if not {p["step"] for p in res.get("curve", [])} <= {p["step"] for p in again["curve"]}:
+            print(f"{path}: some of its checkpoints are gone; kept as it was (its questions get seeds-only intervals)",
+                  file=sys.stderr)
+            return res
+        res |= again
     else:
         cfg, t0 = run_config(sc, name, seed), time.perf_counter()
         if "retrofit_from" in sc.variants[name] and not retrofit_first_stage(sc, name, seed, inputs, stop_after):
