@@ -318,7 +318,6 @@ def run_one(sc: StudyConfig, name: str, seed: int, inputs: StudyInputs, stop_aft
     atomic_write(path, lambda p: p.write_text(json.dumps(res, indent=1)))
     return _json(res)
 
-
 # %% ../nbs/12_recipe_study.ipynb #fc23a89b
 BUSY = "busy"  # what `claimed_run` returns for a run another process is working on
 
