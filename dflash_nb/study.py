@@ -27,15 +27,15 @@ from .diagnostics import retrofit_fused
 from .cli import refusals
 
 # %% auto #0
-__all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'RETROFIT', 'STUDY_RANGES', 'BUSY', 'SELECTOR_COLUMNS', 'COST_KEYS',
-           'StudyConfig', 'run_dir', 'retrofit_init', 'run_config', 'load_study_config', 'StudyInputs', 'load_inputs',
-           'held_out_indices', 'evaluate_run', 'budget_curve', 'train_run', 'retrofit_stage', 'retrofit_first_stage',
-           'config_changes', 'read_result', 'run_one', 'claimed_run', 'run_study', 't95', 'Interval', 'mean_ci',
-           'paired_diff', 'verdict', 'hierarchical_interval', 'by_variant', 'summary_rows', 'question_rows', 'trend',
-           'curve_rows', 'plateau_rows', 'gap_rows', 'plot_study_tau', 'plot_study_acceptance', 'plot_tau_curves',
-           'plot_question', 'plot_question_curve', 'plot_question_curves', 'plot_questions', 'plot_study_training',
-           'slot_loss', 'plot_slot_dilution', 'write_study_report', 'finished_results', 'study_parser', 'study_main',
-           'study_plan']
+__all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'RETROFIT', 'STUDY_RANGES', 'BUSY', 'BOOT_ELEMENTS', 'SELECTOR_COLUMNS',
+           'COST_KEYS', 'StudyConfig', 'run_dir', 'retrofit_init', 'run_config', 'load_study_config', 'StudyInputs',
+           'load_inputs', 'held_out_indices', 'evaluate_run', 'budget_curve', 'train_run', 'retrofit_stage',
+           'retrofit_first_stage', 'config_changes', 'read_result', 'run_one', 'claimed_run', 'run_study', 't95',
+           'Interval', 'mean_ci', 'paired_diff', 'verdict', 'hierarchical_interval', 'by_variant', 'summary_rows',
+           'question_rows', 'trend', 'curve_rows', 'plateau_rows', 'gap_rows', 'plot_study_tau',
+           'plot_study_acceptance', 'plot_tau_curves', 'plot_question', 'plot_question_curve', 'plot_question_curves',
+           'plot_questions', 'plot_study_training', 'slot_loss', 'plot_slot_dilution', 'write_study_report',
+           'finished_results', 'study_parser', 'study_main', 'study_plan']
 
 # %% ../nbs/12_recipe_study.ipynb #7d270c01
 LAUNCHERS = ("inline", "torchrun")
@@ -390,6 +390,8 @@ def _counts(per_seed: dict) -> np.ndarray:
     tau, rounds = (np.array([r[i] for r in rows], dtype=np.float64) for i in (0, 1))
     return np.stack([tau * rounds, rounds])
 
+BOOT_ELEMENTS = 4_000_000    # seeds × prompts × draws gathered at once by `hierarchical_interval` (4 arrays of 32 MB)
+
 def hierarchical_interval(var: dict, ref: dict, n_boot: int = 10000, seed: int = 0) -> Interval:
     "Paired Δ pooled τ, `var` − `ref` ({seed: (τ, rounds) per prompt}): seeds' mean, 95% bootstrap (seeds × prompts)."
     shapes = {np.shape(x) for d in (var, ref) for r in d.values() for x in r}
@@ -401,7 +403,9 @@ def hierarchical_interval(var: dict, ref: dict, n_boot: int = 10000, seed: int =
     seeds = g.integers(0, S, (n_boot, S))[..., None]
     prompts = g.integers(0, P, (n_boot, 1, P))                   # one draw of prompts for all seeds: they share them
     pooled = lambda c, s, p: c[0][s, p].sum(-1) / c[1][s, p].sum(-1)
-    diffs = (pooled(v, seeds, prompts) - pooled(r, seeds, prompts)).mean(-1)
+    diff = lambda s, p: (pooled(v, s, p) - pooled(r, s, p)).mean(-1)
+    chunk = max(1, BOOT_ELEMENTS // (S * P))                     # draws at a time: memory stays flat as prompts grow
+    diffs = np.concatenate([diff(seeds[i:i + chunk], prompts[i:i + chunk]) for i in range(0, n_boot, chunk)])
     lo, hi = np.percentile(diffs, [2.5, 97.5])
     every = np.arange(S)[:, None], np.arange(P)[None]
     return Interval(float((pooled(v, *every) - pooled(r, *every)).mean()), float(lo), float(hi), S)
