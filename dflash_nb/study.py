@@ -7,14 +7,16 @@ Docs: https://dflash-nb.github.io/dflash_nb/recipe_study.html.md"""
 
 # %% ../nbs/12_recipe_study.ipynb #24ba1acc
 from __future__ import annotations
-import argparse, json, math, shutil, statistics, sys, time
+import argparse, collections, json, math, platform, shutil, statistics, sys, time
 import numpy as np
+import torch
 from scipy.stats import t as t_dist
 from dataclasses import dataclass, field, asdict, fields, replace
 from pathlib import Path
 from filelock import FileLock, Timeout
 from fastcore.basics import patch
 from matplotlib import colormaps
+from matplotlib.ticker import NullLocator
 from matplotlib.figure import Figure
 from .storage import atomic_write, read_json
 from .cache import HiddenStateCache, resolve_cache_dir
@@ -30,12 +32,13 @@ from .cli import refusals
 __all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'RETROFIT', 'STUDY_RANGES', 'BUSY', 'BOOT_ELEMENTS', 'SELECTOR_COLUMNS',
            'COST_KEYS', 'StudyConfig', 'run_dir', 'retrofit_init', 'run_config', 'load_study_config', 'StudyInputs',
            'load_inputs', 'held_out_indices', 'evaluate_run', 'budget_curve', 'train_run', 'retrofit_stage',
-           'retrofit_first_stage', 'config_changes', 'read_result', 'run_one', 'claimed_run', 'run_study', 't95',
-           'Interval', 'mean_ci', 'paired_diff', 'verdict', 'hierarchical_interval', 'by_variant', 'summary_rows',
-           'question_rows', 'trend', 'curve_rows', 'plateau_rows', 'gap_rows', 'plot_study_tau',
-           'plot_study_acceptance', 'plot_tau_curves', 'plot_question', 'plot_question_curve', 'plot_question_curves',
-           'plot_questions', 'plot_study_training', 'slot_loss', 'plot_slot_dilution', 'write_study_report',
-           'finished_results', 'study_parser', 'study_main', 'study_plan']
+           'retrofit_first_stage', 'config_changes', 'read_result', 'float_path', 'run_one', 'claimed_run', 'run_study',
+           't95', 'Interval', 'mean_ci', 'paired_diff', 'verdict', 'hierarchical_interval', 'by_variant',
+           'summary_rows', 'question_rows', 'trend', 'curve_rows', 'plateau_rows', 'gap_rows', 'dose_questions',
+           'plot_dose_response', 'plot_study_tau', 'plot_study_acceptance', 'plot_tau_curves', 'plot_question',
+           'plot_question_curve', 'plot_question_curves', 'plot_questions', 'plot_study_training', 'slot_loss',
+           'plot_slot_dilution', 'cost_text', 'write_study_report', 'finished_results', 'study_parser', 'study_main',
+           'study_plan']
 
 # %% ../nbs/12_recipe_study.ipynb #7d270c01
 LAUNCHERS = ("inline", "torchrun")
@@ -66,6 +69,8 @@ class StudyConfig:
     questions: dict = field(default_factory=dict)  # name -> [reference, variant] ({}: each variant vs baseline)
     slot_grads_every: int = 0       # per-slot gradients every N steps (0: off) in the first seed's run of ...
     slot_grads_variants: list = field(default_factory=list)  # ... these variants (the gradient-dilution plot)
+    doses: dict = field(default_factory=dict)  # series -> [[dose, reference, variant], ...]: Δτ against a dose
+    dose_label: str = "dose"        # what the doses are, for the dose-response plot's axis
 
 # %% ../nbs/12_recipe_study.ipynb #f2da9939
 @patch(as_prop=True)
@@ -134,6 +139,18 @@ def _check_questions(sc: StudyConfig) -> None:
         if not (isinstance(pair, list) and len(pair) == 2 and all(p in sc.variants for p in pair)):
             raise ValueError(f"question {q!r}: {pair!r} must be [reference, variant], two of {list(sc.variants)}.")
 
+# %% ../nbs/12_recipe_study.ipynb #025331b6
+def _check_doses(sc: StudyConfig) -> None:
+    "A ValueError unless every dose series is a list of [dose >= 0, reference, variant] with distinct doses."
+    if not isinstance(sc.doses, dict): raise ValueError(f"doses={sc.doses!r} must map series names to lists.")
+    for name, pts in sc.doses.items():
+        ok = lambda p: (isinstance(p, list) and len(p) == 3 and isinstance(p[0], (int, float))
+                        and not isinstance(p[0], bool) and p[0] >= 0 and all(v in sc.variants for v in p[1:]))
+        if not (isinstance(pts, list) and pts and all(ok(p) for p in pts)):
+            raise ValueError(f"doses {name!r}: {pts!r} must be a list of [dose >= 0, reference, variant], the two "
+                             f"of {list(sc.variants)}.")
+        if len({p[0] for p in pts}) != len(pts): raise ValueError(f"doses {name!r}: a dose is given twice.")
+
 # %% ../nbs/12_recipe_study.ipynb #d3ec1430
 @patch
 def validate(self: StudyConfig) -> StudyConfig:
@@ -161,6 +178,7 @@ def validate(self: StudyConfig) -> StudyConfig:
         if any(k in v for k in RETROFIT): _check_retrofit(self, name)
         run_config(self, name, self.seeds[0])
     _check_questions(self)
+    _check_doses(self)
     if unknown := [n for n in self.slot_grads_variants if n not in self.variants]:
         raise ValueError(f"slot_grads_variants names {unknown}, not variants of this study.")
     return self
@@ -291,6 +309,10 @@ def _evaluation(sc: StudyConfig, name: str, seed: int, inputs: StudyInputs, ck: 
                                         sc.variants[name]["retrofit_at"] if retrofit else 0)
     return out
 
+def float_path() -> str:
+    "The float path a run trains on here: same code and seed on another path may round, and so train, differently."
+    return f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}"
+
 def run_one(sc: StudyConfig, name: str, seed: int, inputs: StudyInputs, stop_after: int | None = None) -> dict | None:
     "The result of variant `name` with `seed`: read if finished, else trained (resumed) and evaluated; None if stopped."
     path = run_dir(sc, name, seed) / "result.json"
@@ -311,7 +333,8 @@ def run_one(sc: StudyConfig, name: str, seed: int, inputs: StudyInputs, stop_aft
             return None
         ck = train_run(cfg, sc, inputs, stop_after)
         if ck is None: return None
-        res = {"variant": name, "seed": seed, "steps": sc.steps, "checkpoint": str(ck), "config": asdict(cfg)}
+        res = {"variant": name, "seed": seed, "steps": sc.steps, "checkpoint": str(ck), "config": asdict(cfg),
+               "float_path": float_path()}
         t1 = time.perf_counter()
         res |= _evaluation(sc, name, seed, inputs, ck)
         res["seconds"] = {"train": round(t1 - t0, 1), "eval": round(time.perf_counter() - t1, 1)}  # this process's part
@@ -534,6 +557,42 @@ def gap_rows(results: list[dict], comparisons: dict) -> list[dict]:
     return [row for _, row in sorted((_gap_row(runs, q, *pair) for q, pair in comparisons.items()),
                                      key=lambda x: -x[0])]
 
+# %% ../nbs/12_recipe_study.ipynb #e0a0320e
+def dose_questions(doses: dict) -> dict:
+    "{'<series>, dose <d>': (reference, variant)} of a study's `doses`, in their order."
+    return {f"{name}, dose {d:g}": (ref, var) for name, pts in doses.items() for d, ref, var in pts}
+
+def _doses_of(doses: dict, done) -> dict:
+    "`doses` cut to the points whose two variants are in `done`; series left empty are dropped."
+    cut = {name: [p for p in pts if set(p[1:]) <= set(done)] for name, pts in doses.items()}
+    return {name: pts for name, pts in cut.items() if pts}
+
+# %% ../nbs/12_recipe_study.ipynb #87ea3021
+def plot_dose_response(results: list[dict], doses: dict, label: str = "dose") -> Figure:
+    "Δ chain τ at the end of training against each series' dose: 95% bars over seeds, a seeds × prompts band if kept."
+    runs = by_variant(results)
+    fig = Figure(figsize=(6.5, 3.8), layout="constrained")
+    ax = fig.subplots()
+    xs_all = sorted({d for pts in doses.values() for d, _, _ in pts})
+    log = xs_all[0] > 0 and len(xs_all) > 1
+    for i, (name, pts) in enumerate(doses.items()):
+        shift = 1 + 0.03 * (i - (len(doses) - 1) / 2)                     # series side by side at a shared dose
+        xs = [d * shift if log else d for d, _, _ in pts]
+        cis = [paired_diff(_per_seed(runs[var], "tau"), _per_seed(runs[ref], "tau")) for _, ref, var in pts]
+        err = [[c.mean - c.lo for c in cis], [c.hi - c.mean for c in cis]] if all(c.n > 1 for c in cis) else None
+        ax.errorbar(xs, [c.mean for c in cis], yerr=err, fmt="-o", ms=3, capsize=3, color=f"C{i}", label=name)
+        kept = [(_per_prompt(runs[var]), _per_prompt(runs[ref])) for _, ref, var in pts]
+        if err and all(None not in pair for pair in kept):
+            hs = [hierarchical_interval(*pair) for pair in kept]
+            ax.fill_between(xs, [h.lo for h in hs], [h.hi for h in hs], color=f"C{i}", alpha=0.15)
+    ax.axhline(0, color="0.3", lw=0.8)
+    if log: ax.set_xscale("log")
+    ax.set_xticks(xs_all, [f"{d:g}" for d in xs_all], minor=False)
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set(xlabel=label, ylabel="Δ chain τ, variant − reference", title="dose-response, at the end of training")
+    ax.legend(fontsize=7)
+    return fig
+
 # %% ../nbs/12_recipe_study.ipynb #4568927e
 def _variant_colours(names: list) -> dict:
     "{variant: colour}, distinct for up to 20 variants (tab10, tab20), then spread over a continuous map."
@@ -722,7 +781,21 @@ def _report_figures(sc: StudyConfig, results: list[dict], questions: dict) -> di
             figs[f"curve-{i + 1}"] = plot_question_curve(results, ref, var, q)
     if sc.slot_grads_every and sc.slot_grads_variants and set(sc.slot_grads_variants) <= set(by_variant(results)):
         figs["slot-dilution"] = plot_slot_dilution(sc, results)
+    if doses := _doses_of(sc.doses, by_variant(results)):
+        figs["dose-response"] = plot_dose_response(results, doses, sc.dose_label)
     return figs
+
+def cost_text(results: list[dict]) -> str:
+    "What the runs cost (process time summed over runs, and the median run) and where they ran; '' if not recorded."
+    secs = [r["seconds"] for r in results if "seconds" in r]
+    if not secs: return ""
+    total = lambda k: sum(s[k] for s in secs) / 3600
+    med = lambda k: statistics.median(s[k] for s in secs) / 60
+    paths = collections.Counter(r.get("float_path", "not recorded") for r in results)
+    return (f"Cost: {len(secs)} run{'s' * (len(secs) != 1)} took {total('train'):.2f} h of training and {total('eval'):.2f} h of evaluation "
+            f"of one process each (a median run: {med('train'):.1f} + {med('eval'):.1f} min); processes started on the "
+            "study side by side divide the wall time. A resumed run counts only its last process's part. Float paths: "
+            + "; ".join(f"{p} ({k} run{'s' * (k != 1)})" for p, k in paths.most_common()) + ".\n\n")
 
 def _interim_text(sc: StudyConfig, unfinished: list) -> str:
     "The line an interim report opens with: which runs it lacks, and what it leaves out for them."
@@ -741,6 +814,7 @@ def write_study_report(sc: StudyConfig, results: list[dict], unfinished: list = 
     summary, waiting = summary_rows(results, sc.baseline), {n for n, _ in unfinished}    # no baseline: refused first
     questions = {q: pair for q, pair in sc.comparisons.items() if not waiting & set(pair)}
     figs, curve, flat = _report_figures(sc, results, questions), curve_rows(results, questions), plateau_rows(results)
+    dosed = dose_questions(_doses_of(sc.doses, by_variant(results)))
     for name, fig in figs.items(): atomic_write(out / f"{name}.png", lambda p: fig.savefig(p, format="png", dpi=80))
     for old in out.glob("*.png"):
         if old.stem not in figs: old.unlink()                 # a figure an earlier report drew and this one does not
@@ -749,12 +823,15 @@ def write_study_report(sc: StudyConfig, results: list[dict], unfinished: list = 
             "each\n\n" + _interim_text(sc, unfinished)
             + f"Baseline: `{sc.baseline}`. τ on held-out data, mean [95% t-interval over seeds]; the difference is "
             "paired by seed (chain τ). DDTree-(B-1) verifies as many tokens as a chain round.\n\n"
-            + markdown_table(summary) + "\n\n"
+            + markdown_table(summary) + "\n\n" + cost_text(results)
             + ("## Questions\n\nΔτ = variant − reference, paired by seed, mean [95% t-interval]; a verdict is 'better' "
                "or 'worse' only when the interval excludes 0 (for chain τ, where the runs kept their rounds per "
                "prompt, only when the seeds × prompts interval excludes it on the same side too).\n\n"
                + markdown_table(question_rows(results, questions)) + "\n\n" if questions else "")
             + (f"## Δτ against training budget\n\n{markdown_table(curve)}\n\n" if curve else "")
+            + (f"## Dose-response\n\nΔτ = variant − reference at each dose ({sc.dose_label}), at the end of training, "
+               "as in the questions above; the dose-response plot draws each series against its dose.\n\n"
+               + markdown_table(question_rows(results, dosed)) + "\n\n" if dosed else "")
             + (f"## Plateau\n\nHeld-out chain τ, mean over seeds, over the last quarter of training; a variant is at "
                f"its plateau when it gained < 2% there.\n\n{markdown_table(flat)}\n\n" if flat else "")
             + "".join(f"![{k}]({k}.png)\n" for k in figs))
