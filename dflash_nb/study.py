@@ -37,8 +37,8 @@ __all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'RETROFIT', 'STUDY_RANGES',
            'summary_rows', 'question_rows', 'trend', 'curve_rows', 'plateau_rows', 'gap_rows', 'dose_questions',
            'plot_dose_response', 'plot_study_tau', 'plot_study_acceptance', 'plot_tau_curves', 'plot_question',
            'plot_question_curve', 'plot_question_curves', 'plot_questions', 'plot_study_training', 'slot_loss',
-           'plot_slot_dilution', 'cost_text', 'write_study_report', 'finished_results', 'study_parser', 'study_main',
-           'study_plan']
+           'plot_slot_dilution', 'cost_text', 'write_study_report', 'finished_results', 'import_results',
+           'study_parser', 'study_main', 'study_plan']
 
 # %% ../nbs/12_recipe_study.ipynb #7d270c01
 LAUNCHERS = ("inline", "torchrun")
@@ -846,6 +846,29 @@ def finished_results(sc: StudyConfig) -> tuple[list[dict], list[tuple]]:
     waiting = {n for n, _ in unfinished}
     return [r for (n, _), r in got.items() if n not in waiting], unfinished
 
+# %% ../nbs/12_recipe_study.ipynb #3d5c4b3d
+def import_results(sc: StudyConfig, path) -> tuple[int, int]:
+    "Write `path`'s results (a JSON list, as in a report's results.json) into `sc`'s runs not finished: (written, skipped)."
+    results = read_json(path, "list of study results")
+    ok = lambda r: isinstance(r, dict) and {"variant", "seed", "config"} <= r.keys()
+    if not (isinstance(results, list) and all(ok(r) for r in results)):
+        raise ValueError(f"{path}: not a list of study results (each with variant, seed and config); give a "
+                         "report's results.json.")
+    mine = [r for r in results if r["variant"] in sc.variants and r["seed"] in sc.seeds]
+    for r in mine:
+        if diff := config_changes(r["config"], run_config(sc, r["variant"], r["seed"])):
+            raise ValueError(f"{path}: {r['variant']} seed {r['seed']} was made with other settings (saved, now): "
+                             f"{diff}; import it into a study with those settings.")
+    written = 0
+    for r in mine:
+        if read_result(sc, r["variant"], r["seed"]) is None:
+            out = run_dir(sc, r["variant"], r["seed"]) / "result.json"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(out, lambda p: p.write_text(json.dumps(r, indent=1)))
+            written += 1
+    return written, len(results) - len(mine)
+
+
 # %% ../nbs/12_recipe_study.ipynb #2de89511
 def study_parser() -> argparse.ArgumentParser:
     "The `dflash-study` command line."
@@ -856,6 +879,8 @@ def study_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out-dir", help="override out_dir")
     ap.add_argument("--seeds", type=int, nargs="+", help="train only these of the study's seeds (default: all)")
     ap.add_argument("--report-only", action="store_true", help="train nothing: report the runs finished so far")
+    ap.add_argument("--import-results", metavar="JSON", help="first take the runs in JSON (a report's results.json) "
+                    "as finished")
     return ap
 
 # %% ../nbs/12_recipe_study.ipynb #cbe9e0c5
@@ -868,6 +893,9 @@ def study_main(argv=None) -> None:
         if a.seeds and (bad := sorted(set(a.seeds) - set(sc.seeds))):
             raise ValueError(f"--seeds {bad}: not seeds of {a.config} ({sc.seeds}); give some of those.")
         sc = replace(sc, seeds=a.seeds or sc.seeds)
+        if a.import_results:
+            written, skipped = import_results(sc, a.import_results)
+            print(f"imported {written} results from {a.import_results} ({skipped} of other variants or seeds skipped)")
         path = write_study_report(sc, *finished_results(sc)) if a.report_only else write_study_report(sc, run_study(sc))
     print(f"report: {path}")
 
