@@ -726,20 +726,31 @@ def plot_questions(results: list[dict], comparisons: dict) -> Figure:
 
 # %% ../nbs/12_recipe_study.ipynb #c0aa82e3
 def plot_study_training(sc: StudyConfig, results: list[dict]) -> Figure:
-    "Training loss and τ̂ against step of every run (from its metrics.jsonl), one colour per variant."
+    "Training loss and τ̂ against step of every run from its metrics.jsonl; a run without one (imported) is named."
     colours = _variant_colours(list(by_variant(results)))
     cols = min(6, len(colours))
     fig = Figure(figsize=(9, 3.5 + 0.2 * math.ceil(len(colours) / cols)), layout="constrained")
     axes = fig.subplots(1, 2)
+    drawn, absent = set(), []
     for r in results:
-        recs = read_metrics(run_dir(sc, r["variant"], r["seed"]))
+        path = run_dir(sc, r["variant"], r["seed"]) / "metrics.jsonl"
+        if not path.exists():
+            absent.append(f"{r['variant']} seed {r['seed']}")
+            continue
+        recs = read_metrics(path)
         for ax, key in zip(axes, ("loss", "tau_est")):
             ax.plot([m["step"] for m in recs], [m[key] for m in recs], color=colours[r["variant"]], alpha=0.7, lw=1,
-                    label=r["variant"] if r["seed"] == sc.seeds[0] else None)
+                    label=None if r["variant"] in drawn else r["variant"])
+        drawn.add(r["variant"])
     for ax, title in zip(axes, ("training loss", "τ̂ on training batches, against each run's own labels")):
         ax.set(xlabel="step", title=title)
+    if absent:
+        more = f", and {len(absent) - 4} more" if len(absent) > 4 else ""
+        fig.suptitle(f"not drawn: {len(absent)} run{'s' * (len(absent) != 1)} without a metrics.jsonl here (imported results): "
+                     + ", ".join(absent[:4]) + more, fontsize=8)
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=cols, fontsize=8)
     return fig
+
 
 # %% ../nbs/12_recipe_study.ipynb #6e2c5eea
 def slot_loss(cfg: dict) -> str:
