@@ -14,7 +14,7 @@ Before / after. "before" is the path `dflash_nb.decode` had until this change, k
 chain round drafted with two drafter calls (`extend_context` with the accepted taps, then `draft_logits` of all B
 slots), verified with the model's own forward (chunked Gated DeltaNet), and on a hybrid target rolled back by
 snapshotting the linear-attention states before the verify, restoring them and re-running those layers over the kept
-tokens. "after" is `speculative_generate`: one fused `draft_step` (RoPE table and K/V buffers made once per decode,
+tokens. "after" is `speculative_generate`: one fused `RoundDrafter.step` (RoPE table and K/V buffers made once per decode,
 weights laid out once per drafter), a verify that records every node's Gated DeltaNet state, and a rollback that
 copies one of them. Both run on the same prompts, interleaved with the target-only decode
 (t1 = target-only seconds per token; `greedy_generate` and "after" run in inference mode, "before" as it was,
@@ -26,7 +26,7 @@ random drafter of the same shape whose drafts are replaced by the target's greed
 (the drafter's forward still runs, so its cost is real; τ is set by the schedule, about that of the trained drafter).
 
 Two small tables explain the drafting cost: the time of a block's rows times each matrix of the drafter's step in
-both layouts (`DFlashDraftModel.draft_weights`, `dflash_nb.drafting`), and one step with warm caches against one after 64 MB were copied
+both layouts (`RoundDrafter.weights`, `dflash_nb.drafting`), and one step with warm caches against one after 64 MB were copied
 (what a verify does to the caches before a round's drafting).
 
 Recorded run (the comparison that used to sit in nbs/07_decode.ipynb). The toy target with a drafter trained for 300
@@ -47,7 +47,7 @@ the hybrid and 3.27 ms on the twin:
 A second run, with every time a little lower (t1 6.25 and 3.26 ms), gave 0.90 and 0.84 after (0.64 and 0.73 before),
 with drafting at 9.6% and 16.8% of a verify. The rollback is gone from the hybrid's round (a copy of one recorded
 state), and the node-by-node verify is faster than the chunked one at these lengths. The [in, out] layout of
-`draft_weights` makes each product 1.4-1.9x faster (the layout table), which took a round's drafting from 1.39 to
+`RoundDrafter.weights` makes each product 1.4-1.9x faster (the layout table), which took a round's drafting from 1.39 to
 1.15 ms on the hybrid and from 1.21 to 0.99 ms on the twin.
 """
 import argparse, tempfile, time, timeit
@@ -62,6 +62,7 @@ from dflash_nb.cache import HiddenStateCache, check_compatible, CacheLayout
 from dflash_nb.extract import capture_layers, eos_token_ids, extract_to_cache, generate_responses, prompt_token_ids
 from dflash_nb.extract import tap_sites
 from dflash_nb.model import DFlashDraftModel
+from dflash_nb.drafting import RoundDrafter
 from dflash_nb.target import linear_attention_layers, load_target, tiny_target
 from dflash_nb.config import TrainConfig
 from dflash_nb.train import train
@@ -147,9 +148,16 @@ class ScheduledDrafter(torch.nn.Module):
     def draft_logits(self, anchor, cache):
         out = self.drafter.draft_logits(anchor, cache)
         return torch.cat([out[:, :1], self.script(out[0, 1:], cache.length)[None]], 1)
-    def draft_step(self, anchor, context, taps):
-        logits, ctx = self.drafter.draft_step(anchor, context, taps)
-        return self.script(logits, ctx.length), ctx
+
+
+class ScheduledRounds(RoundDrafter):
+    "`ScheduledDrafter`'s rounds for the decoder: the real drafter's fast step, its logits then scripted."
+    def __init__(self, scheduled: ScheduledDrafter):
+        super().__init__(scheduled)
+        self.fast = RoundDrafter(scheduled.drafter)
+    def step(self, anchor, context, taps):
+        logits, ctx = self.fast.step(anchor, context, taps)
+        return self.drafter.script(logits, ctx.length), ctx
 
 
 def get_target(path):
@@ -205,7 +213,7 @@ def get_drafter(args, target, work):
 
 def random_drafter(target, drafter_cfg: dict):
     "A random drafter of `drafter_cfg` for `target`."
-    from dflash_nb.train import drafter_config_for
+    from dflash_nb.assembly import drafter_config_for
     data = type("Taps", (), {"tap_ids": default_target_layer_ids(target.num_layers)})
     dc = drafter_config_for(TrainConfig(drafter=drafter_cfg), target, data)
     return DFlashDraftModel(dc).attach_target(target.model)
@@ -229,12 +237,13 @@ def timed(f, *args) -> dict:
 def before_after(target, drafter, prompts, max_new_tokens: int, eos) -> dict:
     "Per path ('before', 'after'): τ, ms per round by phase, t1, measured and ideal speedup; all prompts interleaved."
     paths = {"before": reference_generate, "after": speculative_generate}
+    rounds = ScheduledRounds(drafter) if isinstance(drafter, ScheduledDrafter) else RoundDrafter(drafter)
     runs = {k: [] for k in paths}
     base = []
     for i, p in enumerate([prompts[0]] + list(prompts)):           # the first prompt once more, as a warm-up
         g = greedy_generate(target, p, max_new_tokens, eos)
         if isinstance(drafter, ScheduledDrafter): drafter.seq = prompt_token_ids(target, p) + g["tokens"]
-        outs = {k: timed(f, target, drafter, p, max_new_tokens, eos) for k, f in paths.items()}
+        outs = {k: timed(f, target, rounds, p, max_new_tokens, eos) for k, f in paths.items()}
         if i == 0: continue
         base.append(g)
         for k, r in outs.items(): runs[k].append(r | dict(lossless=r["tokens"] == g["tokens"]))
@@ -275,8 +284,8 @@ def dense_twin(target, drafter):
 
 
 def layout_rows(drafter, reps: int = 2000) -> list:
-    "µs of a block's rows times each matrix `draft_step` uses, stored [out, in] (nn.Linear) and [in, out] (its way)."
-    w, B = drafter.draft_weights(), drafter.config.block_size
+    "µs of a block's rows times each matrix `RoundDrafter.step` uses, stored [out, in] (nn.Linear) and [in, out] (its way)."
+    w, B = RoundDrafter(drafter).weights(), drafter.config.block_size
     mats = {"q|k|v": w.layers[0].qkv, "o": w.layers[0].o, "gate|up": w.layers[0].gate_up, "down": w.layers[0].down,
             "lm_head": w.lm_head}
     rows = []
@@ -288,9 +297,10 @@ def layout_rows(drafter, reps: int = 2000) -> list:
 
 
 def step_rows(drafter, steps: int = 200) -> list:
-    "Median ms of one `draft_step` (2 pending rows, context 64-200) with warm caches, and after 64 MB are copied."
+    "Median ms of one `RoundDrafter.step` (2 pending rows, context 64-200) with warm caches, and after 64 MB are copied."
     n_in, src = drafter.config.fc_in_features, torch.randn(16 * 2 ** 20)
-    w, size = drafter.draft_weights(), lambda t: t.numel() * t.element_size()
+    rounds = RoundDrafter(drafter)
+    w, size = rounds.weights(), lambda t: t.numel() * t.element_size()
     mats = [drafter.fc.weight, w.lm_head] + [m for l in w.layers for m in (l.qkv, l.o, l.gate_up, l.down)]
     dst, nbytes = torch.empty_like(src), sum(map(size, mats))
     def median_ms(evict: bool) -> float:
@@ -300,13 +310,13 @@ def step_rows(drafter, steps: int = 200) -> list:
             taps = torch.randn(1, 2, n_in, generator=g)
             if evict: dst.copy_(src)
             t0 = time.perf_counter()
-            ctx = drafter.draft_step(torch.tensor([1]), ctx, taps)[1]
+            ctx = rounds.step(torch.tensor([1]), ctx, taps)[1]
             times.append(time.perf_counter() - t0)
         return 1e3 * sorted(times)[len(times) // 2]
     warm, cold = median_ms(False), median_ms(True)
     return [("weight matrices read per step (fc, layers, lm_head)", f"{nbytes / 2 ** 20:.1f} MiB"),
-            ("draft_step, warm caches (ms, median)", f"{warm:.3f}"),
-            ("draft_step after 64 MB copied, as a verify evicts the caches (ms, median)", f"{cold:.3f}")]
+            ("RoundDrafter.step, warm caches (ms, median)", f"{warm:.3f}"),
+            ("RoundDrafter.step after 64 MB copied, as a verify evicts the caches (ms, median)", f"{cold:.3f}")]
 
 
 def print_table(header, rows):

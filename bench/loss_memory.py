@@ -20,7 +20,8 @@ import torch, torch.nn as nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed._tools.mem_tracker import MemTracker
 from dflash_nb.config import DFlashConfig
-from dflash_nb.model import DFlashDraftModel, RMSNorm
+from dflash_nb.model import DFlashDraftModel
+from dflash_nb.ops import RMSNorm
 from dflash_nb.config import TrainConfig, load_train_config
 from dflash_nb.batches import Batch
 from dflash_nb.objective import step_loss
@@ -86,7 +87,7 @@ def fake_peak(dc: DFlashConfig, cfg: TrainConfig, loss_alone: bool = False) -> t
         mt._mod_tracker = NoModules()
         mt.track_external(model, norm, *[t for t in vars(b).values() if isinstance(t, torch.Tensor)])
         start = mt.get_tracker_snapshot()[torch.device("cpu")]["Total"]
-        with mt: step_loss(model, b, dc, cfg, (norm, lm_head))["loss"].backward()
+        with mt: step_loss(model, b, dc, cfg, (norm, lm_head)).loss.backward()
         return mt.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"], start
 
 
@@ -100,7 +101,7 @@ def toy_setup(vocab: int, anchors: int, T: int):
 
 
 def toy_step(model, b, norm, cfg):
-    step_loss(model, b, model.config, cfg, (norm, model.lm_head))["loss"].backward()
+    step_loss(model, b, model.config, cfg, (norm, model.lm_head)).loss.backward()
     model.zero_grad(set_to_none=True)
 
 

@@ -152,7 +152,7 @@ def real_case(n_prompts, new_tokens, work_dir):
     from dflash_nb.toy import load_prompts
     from dflash_nb.config import default_target_layer_ids
     from dflash_nb.config import TrainConfig
-    from dflash_nb.train import drafter_config_for
+    from dflash_nb.assembly import drafter_config_for
     target = load_target(real_target_dir())
     resp = cached_responses(target, load_prompts("eval")[:n_prompts], work_dir / "real.jsonl", new_tokens, 6)
     cache = HiddenStateCache(extract_to_cache(target, resp, work_dir / "real-cache",

@@ -12,7 +12,7 @@ from dflash_nb.demo import DemoConfig, stage_cache
 from dflash_nb.extract import cached_responses
 from dflash_nb.config import default_target_layer_ids
 from dflash_nb.model import DFlashDraftModel
-from dflash_nb.diagnostics import retrofit_fused
+from dflash_nb.model import retrofit_fused
 from dflash_nb.config import TrainConfig
 from dflash_nb.train import train
 from dflash_nb.evaluate import offline_tau

@@ -22,7 +22,8 @@ import dflash_nb.train as train_mod
 from dflash_nb.demo import DemoConfig, stage_cache, stage_train
 from dflash_nb.extract import cached_responses, extract_samples, OnlineHiddenStates
 from dflash_nb.config import default_target_layer_ids
-from dflash_nb.model import DFlashDraftModel, read_drafter_tensors
+from dflash_nb.model import DFlashDraftModel
+from dflash_nb.hub import read_drafter_tensors
 from dflash_nb.config import TrainConfig
 from dflash_nb.batches import BatchPlan, make_batch, read_records, step_generator
 from dflash_nb.objective import step_loss, acceptance_counts, acceptance_metrics, noise_level, noisy_fc_input
@@ -79,10 +80,10 @@ class OldStep:
         g = step_generator(cfg.seed, tr.step, micro, tr.rank)
         b = to_device(make_batch(tr.data, tr.plan[tr.step * cfg.grad_accum + micro], tr.dc, cfg, g), tr.device)
         level = noise_level(tr.step, tr.total, cfg.noise_std, cfg.noise_schedule)
-        out = step_loss(tr.wrapped, b, tr.dc, cfg, tr.head, old_noisy_fc_input(b.fc_taps, level, tr.dc.hidden_size, g))
-        if not torch.isfinite(out["loss"]): raise FloatingPointError(f"Loss is {out['loss'].item()}")
-        (out["loss"] / cfg.grad_accum).backward()
-        return acceptance_counts(out["correct"], out["supervised"]).cpu(), out["loss"].item(), int(b.loss_mask.numel())
+        out = step_loss(tr.wrapped, b, tr.dc, cfg, tr.readout, old_noisy_fc_input(b.fc_taps, level, tr.dc.hidden_size, g))
+        if not torch.isfinite(out.loss): raise FloatingPointError(f"Loss is {out.loss.item()}")
+        (out.loss / cfg.grad_accum).backward()
+        return acceptance_counts(out.correct, out.supervised).cpu(), out.loss.item(), int(b.loss_mask.numel())
 
     def one_step(self):
         tr, cfg, t0 = self.tr, self.tr.cfg, time.perf_counter()

@@ -7,7 +7,7 @@ Docs: https://dflash-nb.github.io/dflash_nb/cache.html.md"""
 
 # %% ../nbs/03_cache.ipynb #c8e5c080
 from __future__ import annotations
-import ctypes, hashlib, json, os, re
+import ctypes, hashlib, json, os
 from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import accumulate, chain, islice
@@ -23,11 +23,10 @@ from .storage import atomic_write, check_output_dir, file_sha256, plain_name, wr
 
 # %% auto #0
 __all__ = ['CACHE_FORMAT', 'CACHE_VERSION', 'MANIFEST', 'CACHE_DTYPES', 'TABLE_KEY', 'MANIFEST_FIELDS', 'SHARD_FIELDS',
-           'LATER_SHARD_FIELDS', 'VERIFY_ENV', 'LEGACY_KEYS', 'LEGACY_LAST', 'check_tap_ids', 'as_sample',
-           'iter_chunks', 'CacheLayout', 'cache_header', 'rows_digest', 'write_shard', 'CacheShardError', 'check_shard',
-           'read_manifest', 'release_freed_memory', 'write_cache', 'resolve_cache_dir', 'verify_by_default',
-           'HiddenStateCache', 'select_taps', 'check_compatible', 'read_legacy_sample', 'LegacySource',
-           'import_legacy_pt_cache', 'rewrite_cache']
+           'LATER_SHARD_FIELDS', 'VERIFY_ENV', 'check_tap_ids', 'as_sample', 'iter_chunks', 'CacheLayout',
+           'cache_header', 'rows_digest', 'write_shard', 'CacheShardError', 'check_shard', 'read_manifest',
+           'release_freed_memory', 'write_cache', 'resolve_cache_dir', 'verify_by_default', 'HiddenStateCache',
+           'select_taps', 'check_compatible', 'rewrite_cache']
 
 # %% ../nbs/03_cache.ipynb #179b581e
 CACHE_FORMAT, CACHE_VERSION, MANIFEST = "dflash_nb.hidden_state_cache", 1, "manifest.json"
@@ -455,154 +454,6 @@ def check_compatible(cache: HiddenStateCache, target_hash: str | None = None, ta
                          "ids would point one layer off. Re-extract, or read it with the matching convention.")
     if tap_ids is not None: _tap_positions(cache.tap_ids, tap_ids)
     return cache
-
-# %% ../nbs/03_cache.ipynb #3dcd0d5e
-LEGACY_KEYS = {"aux": ("aux_hidden", "aux_hidden_states", "aux_hidden_state"),
-               "last": ("last_hidden", "last_hidden_states", "last_hidden_state", "hidden_states", "hidden_state"),
-               "input_ids": ("input_ids",), "loss_mask": ("loss_mask",)}
-
-def _legacy_get(d: dict, role: str, path, dims: int, optional: bool = False):
-    "(key, tensor) of the `role` tensor of a legacy sample, batch dim of 1 dropped; (None, None) if optional, absent."
-    k = next((k for k in LEGACY_KEYS[role] if k in d), None)
-    if k is None and optional: return None, None
-    if k is None:
-        raise ValueError(f"{path} has no {role} tensor (looked for {LEGACY_KEYS[role]}; it holds {sorted(d)}).")
-    t = d[k]
-    if t.dim() == dims + 1 and t.shape[0] == 1: t = t[0]
-    if t.dim() != dims:
-        raise ValueError(f"{path}: {k!r} has shape {list(t.shape)}; expected one sample "
-                         f"([1,] {'T, width' if dims == 2 else 'T'}).")
-    return k, t
-
-# %% ../nbs/03_cache.ipynb #3d39fc94
-LEGACY_LAST = {"tap": "the output of decoder layer last_layer_id, stored as that tap",
-               "final": "the output of the target's last decoder layer before its final norm, stored as `final`",
-               "normed": "the target's final normed state (HF hidden_states[-1]), stored as `final` (needs the target)"}
-
-def _check_last_hidden(last_hidden, last_layer_id):
-    "A ValueError unless `last_hidden` names one of LEGACY_LAST, with `last_layer_id` given exactly for 'tap'."
-    if last_hidden not in LEGACY_LAST:
-        kinds = "; ".join(f"{k!r}: {v}" for k, v in LEGACY_LAST.items())
-        raise ValueError(f"last_hidden={last_hidden!r}: say what the files' last_hidden holds, one of {kinds}. "
-                         "Not sure? Import it, then check_legacy_last(cache, target) compares it with a live target.")
-    if last_hidden == "tap" and last_layer_id is None:
-        raise ValueError("last_hidden='tap' needs last_layer_id: the decoder layer whose output last_hidden is.")
-    if last_hidden != "tap" and last_layer_id is not None:
-        raise ValueError(f"last_layer_id={last_layer_id} is only for last_hidden='tap'; with {last_hidden!r} it is not "
-                         "a tap.")
-
-# %% ../nbs/03_cache.ipynb #74bb2124
-def _check_lengths(path, ts: dict):
-    "A ValueError naming `path` and every tensor's length unless all of `ts` ({key: tensor}) share their first dim T."
-    lens = {k: len(t) for k, t in ts.items() if k is not None}
-    if len(set(lens.values())) > 1:
-        each = ", ".join(f"{k} {n}" for k, n in lens.items())
-        raise ValueError(f"{path}: its tensors hold different numbers of tokens ({each}); each must cover the same T "
-                         "tokens: re-export this sample, or leave it out.")
-
-# %% ../nbs/03_cache.ipynb #637aef76
-def _default_loss_mask(T: int, prompt_len: int | None, path) -> torch.Tensor:
-    "The loss mask of a file without one: every position, or every position from `prompt_len` on."
-    if prompt_len is None: return torch.ones(T, dtype=torch.long)
-    if not 0 <= prompt_len < T:
-        raise ValueError(f"{path}: prompt_len={prompt_len} leaves no supervised token of its {T}; give a smaller "
-                         "prompt_len.")
-    return (torch.arange(T) >= prompt_len).long()
-
-# %% ../nbs/03_cache.ipynb #6f405fd2
-def _unnorm(y: torch.Tensor, norm) -> torch.Tensor:
-    "The pre-norm rows `x` with `norm(x) == y`, for an RMSNorm `norm` (any weight parametrisation), as float32."
-    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
-    if eps is None:
-        raise ValueError(f"The target's final norm {type(norm).__name__} has no eps attribute: it cannot be inverted.")
-    p = next(norm.parameters())
-    w = norm(torch.ones(1, y.shape[-1], dtype=p.dtype, device=p.device))[0].double().cpu() * (1 + eps) ** 0.5
-    if (w == 0).any():
-        raise ValueError("The target's final norm has zero weights: a normed state cannot be mapped back.")
-    u = y.double() / w                                                # = x / sqrt(mean(x^2) + eps)
-    q = u.pow(2).mean(-1, keepdim=True)                               # = m / (m + eps), m = mean(x^2)
-    return (u * (eps / (1 - q).clamp_min(1e-15)).sqrt()).float()     # * sqrt(m + eps) = x
-
-# %% ../nbs/03_cache.ipynb #74433a18
-def read_legacy_sample(path, aux_layer_ids, last_layer_id: int | None = None, *, last_hidden: str | None = None,
-                       prompt_len: int | None = None, norm=None) -> dict:
-    "One legacy `.pt` sample as a cache record: aux (and a 'tap' last_hidden) in ascending tap order, else `final`."
-    _check_last_hidden(last_hidden, last_layer_id)
-    if last_hidden == "normed" and norm is None:
-        raise ValueError("last_hidden='normed' needs the target's final norm (norm=..., or target= when importing).")
-    d = torch.load(path, map_location="cpu", weights_only=True)
-    (ka, aux), (kl, last) = _legacy_get(d, "aux", path, 2), _legacy_get(d, "last", path, 2)
-    (ki, ids), (km, mask) = _legacy_get(d, "input_ids", path, 1), _legacy_get(d, "loss_mask", path, 1, optional=True)
-    _check_lengths(path, {ka: aux, kl: last, ki: ids, km: mask})
-    H = last.shape[-1]
-    if aux.shape[-1] != len(aux_layer_ids) * H:
-        raise ValueError(f"{path}: aux width {aux.shape[-1]} is not {len(aux_layer_ids)} aux layers x hidden size {H}.")
-    mask = _default_loss_mask(len(ids), prompt_len, path) if mask is None else mask
-    cols = {k: aux[:, j * H:(j + 1) * H] for j, k in enumerate(aux_layer_ids)}
-    if last_hidden == "tap": cols[last_layer_id] = last
-    taps = torch.cat([cols[k] for k in sorted(cols)], -1)
-    rec = as_sample({"id": str(path), "input_ids": ids, "loss_mask": mask}) | {"taps": taps}
-    if last_hidden == "final": rec["final"] = last
-    if last_hidden == "normed": rec["final"] = _unnorm(last, norm)
-    return rec
-
-# %% ../nbs/03_cache.ipynb #7238bd3e
-@dataclass
-class LegacySource:
-    "A folder of legacy per-sample `.pt` files, and what they hold."
-    src_dir: str | Path                     # folder of .pt files, one per sample, taken in natural order
-    aux_layer_ids: list                     # target layer id of each H-wide block of aux_hidden, in column order
-    last_hidden: str | None = None          # what last_hidden holds: one of LEGACY_LAST ('tap', 'final', 'normed')
-    last_layer_id: int | None = None        # with last_hidden='tap': the decoder layer whose output it is
-    prompt_len: int | None = None           # files without loss_mask: supervise positions prompt_len.. only
-    convention: str = TAP_CONVENTION        # the tap id convention of aux_layer_ids and last_layer_id
-    target_name: str = "legacy"             # recorded when no `Target` is given
-    num_target_layers: int | None = None    # the target's depth, recorded when no `Target` is given
-
-# %% ../nbs/03_cache.ipynb #7adb7faf
-def _natural_key(p: Path): return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)]
-
-def _import_target(target, source: LegacySource, target_hash) -> tuple:
-    "(name, config hash, depth, final norm) to record for an import from a `Target`, its config hash, or nothing."
-    if target is None or isinstance(target, str):
-        h = target if target_hash is None else target_hash
-        if target is not None and target_hash is not None and target != target_hash:
-            raise ValueError(f"target={target!r} and target_hash={target_hash!r} disagree: give one.")
-        return source.target_name, h, source.num_target_layers, None
-    if target_hash is not None and target_hash != target.config_hash:
-        raise ValueError(f"target_hash={target_hash!r} is not the config hash of target {target.name!r} "
-                         f"({target.config_hash}).")
-    name = target.name if source.target_name == "legacy" else source.target_name
-    return name, target.config_hash, target.num_layers, target.model.get_decoder().norm
-
-# %% ../nbs/03_cache.ipynb #a1f0ff29
-def import_legacy_pt_cache(source: LegacySource, out_dir, target=None, target_hash: str | None = None,
-                           dtype: torch.dtype = torch.bfloat16, samples_per_shard: int = 64) -> Path:
-    "Convert the legacy `.pt` samples of `source` into a cache at `out_dir`; `target` (or its config hash) is recorded."
-    s = source
-    _check_last_hidden(s.last_hidden, s.last_layer_id)
-    if s.prompt_len is not None and s.prompt_len < 0:
-        raise ValueError(f"prompt_len={s.prompt_len} must be >= 0: the first supervised position of a file without "
-                         "loss_mask (0: every position).")
-    name, h, depth, norm = _import_target(target, s, target_hash)
-    files = sorted(Path(s.src_dir).glob("*.pt"), key=_natural_key)
-    if not files: raise FileNotFoundError(f"No .pt files in {s.src_dir}.")
-    tap_ids = sorted([*s.aux_layer_ids, *([s.last_layer_id] if s.last_hidden == "tap" else [])])
-    if len(set(tap_ids)) != len(tap_ids):
-        raise ValueError(f"aux_layer_ids {list(s.aux_layer_ids)} and last_layer_id {s.last_layer_id} overlap.")
-    check_tap_ids(tap_ids, depth)
-    def read(f): return read_legacy_sample(f, s.aux_layer_ids, s.last_layer_id, last_hidden=s.last_hidden,
-                                           prompt_len=s.prompt_len, norm=norm)
-    H = read(files[0])["taps"].shape[-1] // len(tap_ids)
-    if norm is not None and H != target.hidden_size:
-        raise ValueError(f"{files[0]}: hidden size {H}, but target {target.name!r} has {target.hidden_size}.")
-    layout = CacheLayout(tap_ids, s.convention, dtype, s.last_hidden != "tap", samples_per_shard)
-    header = cache_header(name, h, depth, H, layout)
-    header["legacy"] = {"last_hidden": s.last_hidden, "last_layer_id": s.last_layer_id,
-                        "aux_layer_ids": list(s.aux_layer_ids)}
-    def records(chunk): return [read(f) for f in chunk]
-    def names(chunk): return [f.name for f in chunk]
-    return write_cache(out_dir, header, files, records, names)
 
 # %% ../nbs/03_cache.ipynb #136dbf95
 def rewrite_cache(src, out_dir, progress: bool = False) -> Path:

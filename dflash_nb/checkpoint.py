@@ -14,7 +14,8 @@ from safetensors import safe_open, SafetensorError
 from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
                                                      set_optimizer_state_dict)
-from .model import DFlashDraftModel, drafter_state_dict, read_drafter_tensors
+from .model import DFlashDraftModel, drafter_state_dict
+from .hub import read_drafter_tensors
 from .storage import atomic_write, plain_name, tensor_digest
 
 # %% auto #0

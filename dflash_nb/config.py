@@ -6,22 +6,18 @@ Docs: https://dflash-nb.github.io/dflash_nb/config.html.md"""
 
 # %% ../nbs/00_config.ipynb #409a54c5
 from __future__ import annotations
-import json, math, warnings
-from dataclasses import dataclass, field, fields, asdict, replace
-from pathlib import Path
+import math
+from dataclasses import dataclass, field, fields, replace
 from fastcore.basics import patch
 from transformers import Qwen3Config
-from .storage import atomic_write, read_json
 from .cli import check_keys, read_settings
 
 # %% auto #0
 __all__ = ['TAP_CONVENTION', 'TAP_CONVENTIONS', 'FUSIONS', 'LAYER_TYPES', 'DEFAULT_ROPE_THETA', 'POSITIVE_DIMS', 'ROPE_TYPES',
-           'DRAFTER_RANGES', 'ATTENTION_MODES', 'HONOURED', 'DFLASH_HONOURED', 'CHECKED', 'DFLASH_CHECKED',
-           'DFLASH2_KEYS', 'DFLASH2_HONOURED', 'DFLASH2_CHECKED', 'IGNORED', 'REFUSED', 'DFLASH_REFUSED', 'LOSSES',
-           'SOURCES', 'SCHEDULES', 'PARALLELS', 'INIT_NORMS', 'POSITION_WEIGHTS', 'OPTIMIZERS', 'FIELD_TYPES',
-           'TRAIN_RANGES', 'DRAFTER_KEYS', 'hidden_state_index', 'default_target_layer_ids', 'fc_tap_ids', 'Range',
-           'DFlashConfig', 'LayerAttention', 'is_dflash2_config', 'check_hub_fields', 'read_hub_config',
-           'hub_field_table', 'TrainConfig', 'check_repro_noise', 'range_table', 'load_train_config']
+           'DRAFTER_RANGES', 'ATTENTION_MODES', 'LOSSES', 'SOURCES', 'SCHEDULES', 'PARALLELS', 'INIT_NORMS',
+           'POSITION_WEIGHTS', 'OPTIMIZERS', 'FIELD_TYPES', 'TRAIN_RANGES', 'DRAFTER_KEYS', 'hidden_state_index',
+           'default_target_layer_ids', 'fc_tap_ids', 'Range', 'DFlashConfig', 'LayerAttention', 'TrainConfig',
+           'check_repro_noise', 'range_table', 'load_train_config']
 
 # %% ../nbs/00_config.ipynb #10ad5f17
 TAP_CONVENTION = "layer_output"  # tap id k = output of decoder layer k = HF hidden_states[k+1]
@@ -299,216 +295,6 @@ def with_attention(self: DFlashConfig, mode: str = "config") -> DFlashConfig:
     if mode == "full":
         return replace(self, layer_types=["full_attention"] * n, sliding_window=None, block_causal=[False] * n)
     raise ValueError(f"Unknown attention mode {mode!r}; use one of {ATTENTION_MODES}.")
-
-# %% ../nbs/00_config.ipynb #25de76af
-HONOURED = ("hidden_size num_hidden_layers num_attention_heads num_key_value_heads head_dim intermediate_size "
-            "vocab_size rms_norm_eps max_position_embeddings block_size num_target_layers mask_token_id "
-            "target_layer_ids rope_theta rope_parameters rope_scaling layer_types sliding_window use_sliding_window "
-            "max_window_layers is_causal dflash_config").split()
-DFLASH_HONOURED = ("mask_token_id target_layer_ids block_size fusion tap_convention causal is_causal block_causal "
-                   "use_swa swa_window_size num_target_layers").split()
-CHECKED = {"architectures": (["DFlashDraftModel"], ["DFlash2DraftModel"]), "model_type": ("qwen3", "llama"), "hidden_act": ("silu",),
-           "attention_bias": (False,), "attention_dropout": (0, 0.0)}
-DFLASH_CHECKED = {"output_multiplier": (1, 1.0), "final_logit_softcapping": (None, 0, 0.0),
-                  "input_embedding_scale": (1, 1.0)}
-DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k", "input_embedding_scale",
-                "output_multiplier", "final_logit_softcapping")
-DFLASH2_HONOURED = DFLASH_HONOURED + list(DFLASH2_KEYS)
-DFLASH2_CHECKED = {"sample_from_anchor": (False, None)}
-
-# %% ../nbs/00_config.ipynb #6d6e70d0
-IGNORED = {"_name_or_path": "provenance", "transformers_version": "provenance",
-           "dtype": "storage dtype: the weights' own dtype is used",
-           "torch_dtype": "storage dtype: the weights' own dtype is used",
-           "bos_token_id": "generation uses the target's tokenizer",
-           "eos_token_id": "generation uses the target's tokenizer",
-           "pad_token_id": "generation uses the target's tokenizer",
-           "initializer_range": "initialisation only; loaded weights replace it",
-           "use_cache": "a serving switch",
-           "tie_word_embeddings": "the drafter has no embeddings or lm_head of its own",
-           "auto_map": "remote code: never imported or run"}
-REFUSED = {"speculators_model_type": "a speculators-format config; export the drafter in the hub layout (config.json "
-                                     "with dflash_config)",
-           "transformer_layer_config": "a speculators-format config; export the drafter in the hub layout",
-           "eagle_aux_hidden_state_layer_ids": "vLLM aux ids name the INPUT of a layer (DFlash tap k = aux id k+1); "
-                                               "write DFlash ids to dflash_config.target_layer_ids",
-           "draft_vocab_size": "a reduced draft vocabulary (d2t/t2d maps) is not implemented",
-           "quantization_config": "quantized drafter weights are not implemented; dequantize to bf16/fp32"}
-DFLASH_REFUSED = {k: "a DFlash 2 field in a config whose architectures say DFlashDraftModel; a DFlash 2 checkpoint "
-                     "says [\"DFlash2DraftModel\"]" for k in ("conv_group_size", "conv_kernel_size", "selector_rank",
-                                                              "selector_top_k", "sample_from_anchor")}
-
-# %% ../nbs/00_config.ipynb #3e0f0599
-def _refuse(key: str, value, why: str):
-    raise ValueError(f"config.json field {key}={value!r} is not supported: {why}.")
-
-# %% ../nbs/00_config.ipynb #7fe6cb1c
-def _check_group(d: dict, honoured, checked: dict, refused: dict, prefix: str = ""):
-    for k, v in d.items():
-        if k in honoured or k in IGNORED: continue
-        if k in checked and v in checked[k]: continue
-        if k in checked: _refuse(prefix + k, v, f"this drafter implements only {' or '.join(map(repr, checked[k]))}")
-        _refuse(prefix + k, v, refused.get(k, "an unknown field, which may change the drafter's computation; remove it "
-                                              "if it does not, or convert the checkpoint"))
-
-# %% ../nbs/00_config.ipynb #edfb9ddb
-def is_dflash2_config(d: dict) -> bool:
-    "Whether hub config `d` is a DFlash 2 drafter's (its `architectures`)."
-    return d.get("architectures") == ["DFlash2DraftModel"]
-
-def check_hub_fields(d: dict):
-    "Raise naming the first field of hub config `d` that this workbench does not implement."
-    _check_group(d, HONOURED, CHECKED, REFUSED)
-    honoured, checked = (DFLASH2_HONOURED, DFLASH2_CHECKED) if is_dflash2_config(d) else (DFLASH_HONOURED, DFLASH_CHECKED)
-    _check_group(d.get("dflash_config") or {}, honoured, checked, DFLASH_REFUSED, "dflash_config.")
-
-# %% ../nbs/00_config.ipynb #8082356c
-_DFLASH_KEYS = ("mask_token_id", "target_layer_ids", "block_size", "fusion", "tap_convention")
-_OWN_KEYS = ("rope_parameters", "block_causal")
-
-def _causal_fields(c: DFlashConfig) -> dict:
-    "How `block_causal` is written: nothing for DFlash's reference rule, `is_causal` when uniform, else our own list."
-    if c.kind == "dflash" and c.block_causal == [t == "sliding_attention" for t in c.layer_types]: return {}
-    if len(set(c.block_causal)) == 1: return {"is_causal": c.block_causal[0]}
-    return {"dflash_config": {"block_causal": c.block_causal}}
-
-# %% ../nbs/00_config.ipynb #dacae7f1
-@patch
-def to_hub_dict(self: DFlashConfig) -> dict:
-    "The config as a hub `config.json` dict (the reference implementation reads the same fields)."
-    top = {k: v for k, v in asdict(self).items() if k not in _DFLASH_KEYS + _OWN_KEYS + DFLASH2_KEYS}
-    rope = {"rope_type": "default", **(self.rope_parameters or {}), "rope_theta": self.rope_theta}
-    causal = _causal_fields(self)
-    two = self.kind == "dflash2"
-    dc = {k: getattr(self, k) for k in _DFLASH_KEYS + DFLASH2_KEYS * two} | causal.pop("dflash_config", {})
-    return {"architectures": ["DFlash2DraftModel" if two else "DFlashDraftModel"], "model_type": "qwen3", **top, "rope_parameters": rope,
-            "hidden_act": "silu", "attention_bias": False, "tie_word_embeddings": False,
-            "use_sliding_window": self.sliding_window is not None, **causal, "dflash_config": dc}
-
-# %% ../nbs/00_config.ipynb #048d8988
-_QWEN3_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
-               "intermediate_size", "vocab_size", "rms_norm_eps", "max_position_embeddings", "rope_theta",
-               "rope_parameters", "rope_scaling", "layer_types", "sliding_window", "use_sliding_window",
-               "max_window_layers")
-
-def _qwen3_view(d: dict) -> Qwen3Config:
-    "transformers' reading of the Qwen3 fields of `d` (RoPE normalised, window rules applied)."
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try: return Qwen3Config(**{k: d[k] for k in _QWEN3_KEYS if d.get(k) is not None})
-        except Exception as e:    # transformers' strict validators raise their own error types
-            raise ValueError(f"config.json is not a valid Qwen3 config for transformers: {e}") from e
-
-# %% ../nbs/00_config.ipynb #e41e1ba2
-def _rope(hf: Qwen3Config) -> tuple[float, dict | None]:
-    "(rope_theta, rope_parameters without theta, or None for plain RoPE)."
-    p = {k: v for k, v in hf.rope_parameters.items() if k not in ("rope_theta", "type")}
-    return float(hf.rope_parameters["rope_theta"]), (None if p in ({}, {"rope_type": "default"}) else p)
-
-# %% ../nbs/00_config.ipynb #5373af26
-def _causal_spellings(d: dict, dc: dict) -> set:
-    said = {("is_causal", d.get("is_causal")), ("dflash_config.is_causal", dc.get("is_causal")),
-            ("dflash_config.causal", dc.get("causal"))}
-    return {(k, v) for k, v in said if v is not None}
-
-# %% ../nbs/00_config.ipynb #646edd74
-def _attention(d: dict, dc: dict, hf: Qwen3Config) -> dict:
-    "layer_types, sliding_window and block_causal as the config's dialect means them."
-    n, said = hf.num_hidden_layers, _causal_spellings(d, dc)
-    if len({bool(v) for _, v in said}) > 1:
-        raise ValueError(f"config.json contradicts itself on causality: {sorted(said)}.")
-    if dc.get("use_swa"):
-        if not dc.get("swa_window_size"): raise ValueError("dflash_config.use_swa needs dflash_config.swa_window_size.")
-        return dict(layer_types=["sliding_attention"] * n, sliding_window=int(dc["swa_window_size"]),
-                    block_causal=[False] * n)
-    types = list(hf.layer_types)
-    causal = dc.get("block_causal") or ([bool(next(iter(said))[1])] * n if said else None)
-    return dict(layer_types=types, sliding_window=hf.sliding_window, block_causal=causal)
-
-# %% ../nbs/00_config.ipynb #faf88b59
-def _required(d: dict, dc: dict, key: str, fix: str):
-    v = dc.get(key, d.get(key))
-    if v is None: raise ValueError(f"config.json has no {key} (in dflash_config or at the top level): {fix}.")
-    return v
-
-# %% ../nbs/00_config.ipynb #d2c217e3
-def _tap_ids(d: dict, dc: dict, L: int, n_fc_taps: int | None) -> list[int]:
-    "The recorded taps; else the reference default for the fc width, with a warning; else an error naming the key."
-    ids = dc.get("target_layer_ids", d.get("target_layer_ids"))
-    if ids is not None: return ids
-    if n_fc_taps is None: _required(d, dc, "target_layer_ids", "add the target layer ids the drafter's fc reads")
-    ids = default_target_layer_ids(L, n_fc_taps)
-    warnings.warn(f"config.json gives no target_layer_ids; using the reference default for {n_fc_taps} taps of a "
-                  f"{L}-layer target: {ids}. Record them in dflash_config.target_layer_ids to silence this.")
-    return ids
-
-# %% ../nbs/00_config.ipynb #632b3d78
-def _dflash2_fields(d: dict, dc: dict) -> dict:
-    "DFlash 2's fields of hub config `d` (its `dflash_config`: `dc`); none for a DFlash config."
-    if not is_dflash2_config(d): return {}
-    need = lambda k: _required({}, dc, k, "a DFlash 2 config records it in dflash_config (see its model card)")
-    cap = dc.get("final_logit_softcapping")
-    return dict(conv_kernel_size=need("conv_kernel_size"), conv_group_size=need("conv_group_size"),
-                selector_rank=need("selector_rank"), selector_top_k=need("selector_top_k"),
-                input_embedding_scale=dc.get("input_embedding_scale", 1.0),
-                output_multiplier=dc.get("output_multiplier", 1.0),
-                final_logit_softcapping=cap if cap is not None and cap > 0 else None)
-
-# %% ../nbs/00_config.ipynb #63a78601
-def _num_target_layers(d: dict, dc: dict) -> int | None:
-    "The target depth a config records (in dflash_config or at the top level; they must agree), or None."
-    said = {v for v in (dc.get("num_target_layers"), d.get("num_target_layers")) if v is not None}
-    if len(said) > 1: raise ValueError(f"config.json records num_target_layers twice, differently: {sorted(said)}.")
-    return next(iter(said), None)
-
-# %% ../nbs/00_config.ipynb #bedeb680
-@patch(cls_method=True)
-def from_hub_dict(cls: DFlashConfig, d: dict, fusion: str | None = None, n_fc_taps: int | None = None,
-                  num_target_layers: int | None = None) -> DFlashConfig:
-    "A config from a hub `config.json` dict; `fusion`/`n_fc_taps` from the weights, `num_target_layers` from a target."
-    check_hub_fields(d)
-    dc, hf = d.get("dflash_config") or {}, _qwen3_view(d)
-    recorded = dc.get("fusion")
-    if fusion and recorded and fusion != recorded:
-        raise ValueError(f"config.json records fusion={recorded!r} but the weights imply {fusion!r}.")
-    L = _num_target_layers(d, dc) or num_target_layers
-    if L is None: _required(d, dc, "num_target_layers", "add the target's num_hidden_layers (or pass the target)")
-    theta, rope = _rope(hf)
-    dims = {k: getattr(hf, k) for k in _QWEN3_KEYS[:9]}
-    return cls(**dims, rope_theta=theta, rope_parameters=rope, **_attention(d, dc, hf), num_target_layers=L,
-               block_size=dc.get("block_size", d.get("block_size", 16)), target_layer_ids=_tap_ids(d, dc, L, n_fc_taps),
-               mask_token_id=_required(d, dc, "mask_token_id", "add the mask token id the drafter was trained with "
-                                       "(public Qwen3.5/3.6 DFlash drafters use 248070)"),
-               fusion=fusion or recorded or "fused", tap_convention=dc.get("tap_convention", TAP_CONVENTION),
-               **_dflash2_fields(d, dc))
-
-# %% ../nbs/00_config.ipynb #781672ea
-@patch
-def save(self: DFlashConfig, path: str | Path) -> Path:
-    "Write `config.json` into directory `path`, all-or-nothing."
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(self.to_hub_dict(), indent=2) + "\n"
-    return atomic_write(path / "config.json", lambda p: p.write_text(text))
-
-# %% ../nbs/00_config.ipynb #9bd201d0
-def read_hub_config(path: str | Path) -> dict:
-    "The raw `config.json` dict of checkpoint directory `path`."
-    f = Path(path) / "config.json"
-    if not f.exists(): raise FileNotFoundError(f"No config.json in {path}: point at a DFlash checkpoint directory.")
-    return read_json(f, "checkpoint config")
-
-# %% ../nbs/00_config.ipynb #69f79ff0
-def hub_field_table() -> list[dict]:
-    "Rows (field, status, detail) of every hub config field this workbench knows."
-    rows = [dict(field=k, status="honoured", detail="") for k in HONOURED]
-    rows += [dict(field=f"dflash_config.{k}", status="honoured", detail="") for k in DFLASH_HONOURED]
-    only = lambda v: "only " + " or ".join(map(repr, v))
-    rows += [dict(field=k, status="checked", detail=only(v)) for k, v in CHECKED.items()]
-    rows += [dict(field=f"dflash_config.{k}", status="checked", detail=only(v)) for k, v in DFLASH_CHECKED.items()]
-    rows += [dict(field=k, status="ignored", detail=v) for k, v in IGNORED.items()]
-    rows += [dict(field=k, status="refused", detail=v) for k, v in REFUSED.items()]
-    return rows + [dict(field=f"dflash_config.{k}", status="refused", detail=v) for k, v in DFLASH_REFUSED.items()]
 
 # %% ../nbs/00_config.ipynb #52886ac2
 LOSSES, SOURCES, SCHEDULES = ("ce", "kl"), ("auto", "tokens", "final", "deepest_tap"), ("constant", "linear", "cosine")

@@ -13,16 +13,17 @@ import torch
 from fastcore.basics import patch
 from transformers import DynamicCache
 from .target import Target, linear_attention_layers
+from .drafting import RoundDrafter
 from .extract import prompt_token_ids, eos_token_ids
 from .trees import DraftTree, build_tree, lattice_tree, tree_attention_mask, walk_tree
 from .verify import (TargetPass, new_cache, target_pass, check_gdn_forward, drop_last_kv, keep_node_state,
                               keep_kv)
 
 # %% auto #0
-__all__ = ['clock', 'stop_ids', 'finish_tokens', 'greedy_generate', 'Sampling', 'Decoding', 'check_decodable', 'start_decoding',
-           'accepted_prefix', 'draft_block', 'block_states', 'rollback', 'chain_round', 'tree_inputs', 'draft_tree',
-           'tree_round', 'speculative_generate', 'sample_drafts', 'sampled_chain_round', 'decode_comparison',
-           'time_per_token']
+__all__ = ['clock', 'stop_ids', 'finish_tokens', 'greedy_generate', 'Sampling', 'Decoding', 'check_decodable', 'round_drafter',
+           'start_decoding', 'accepted_prefix', 'round_scores', 'round_states', 'rollback', 'chain_round',
+           'tree_inputs', 'draft_tree', 'tree_round', 'speculative_generate', 'sample_drafts', 'sampled_chain_round',
+           'decode_comparison', 'time_per_token']
 
 # %% ../nbs/07_decode.ipynb #634f1f52
 def clock(device) -> float:
@@ -95,7 +96,7 @@ class Sampling:
 class Decoding:
     "The state of one speculative decode (see `start_decoding`)."
     target: Target
-    drafter: object
+    rounds: RoundDrafter            # drafts each round's block for the drafter `rounds.drafter`
     cache: DynamicCache
     context: object                 # the drafter's ContextCache
     tokens: list[int]
@@ -105,6 +106,8 @@ class Decoding:
     last: float = 0.0
     sampling: Sampling | None = None      # None: greedy
     generator: torch.Generator | None = None
+    @property
+    def drafter(self): return self.rounds.drafter
     @cached_property
     def device(self): return self.target.model.device      # HF's `device` walks the parameters
     @property
@@ -141,16 +144,23 @@ def check_decodable(target: Target, drafter, tree_budget: int | None = None, lat
         raise ValueError("DDTree at T > 0 is not implemented (no lossless tree-sampling rule here): decode the chain "
                          "(tree_budget=None) or greedily (sampling=None).")
 
+# %% ../nbs/07_decode.ipynb #ffd9dc81
+def round_drafter(drafter) -> RoundDrafter:
+    "`drafter` (a `DFlashDraftModel`)'s `RoundDrafter`, or `drafter` itself if it is one: pass one to keep its layout."
+    return drafter if isinstance(drafter, RoundDrafter) else RoundDrafter(drafter)
+
 # %% ../nbs/07_decode.ipynb #72b3ce67
 @torch.no_grad()
 def start_decoding(target: Target, drafter, prompt_ids, sampling: Sampling | None = None) -> tuple[Decoding, float]:
     "Prefill `target` with the prompt; return the decoding state (context = the prompt's taps) and the prefill seconds."
-    c, cache = drafter.config, new_cache(target)
+    rounds = round_drafter(drafter)
+    drafter, cache = rounds.drafter, new_cache(target)
+    c = drafter.config
     t0 = clock(target.model.device)
     ids = torch.tensor(prompt_token_ids(target, prompt_ids))
     p = target_pass(target, ids, cache, (c.fc_layer_ids, c.tap_convention), logits_to_keep=1)
     ctx = drafter.extend_context(p.taps[None])
-    s = Decoding(target, drafter, cache, ctx, [p.next_tokens[-1].item()], pending=p.taps[None, :0], sampling=sampling)
+    s = Decoding(target, rounds, cache, ctx, [p.next_tokens[-1].item()], pending=p.taps[None, :0], sampling=sampling)
     if sampling is not None:             # the first token is drawn too
         s.generator = torch.Generator(s.device).manual_seed(sampling.seed)
         s.tokens = [int(torch.multinomial(sampling.probs(p.logits[-1]), 1, generator=s.generator))]
@@ -162,16 +172,16 @@ def accepted_prefix(drafts: torch.Tensor, target_next: torch.Tensor) -> int:
     return int((drafts == target_next).int().cumprod(0).sum())
 
 # %% ../nbs/07_decode.ipynb #3f201ecd
-def draft_block(s: Decoding) -> torch.Tensor:
+def round_scores(s: Decoding) -> torch.Tensor:
     "The drafter's scores [B-1, V] (logits, or DFlash 2's walk) for slots 1.. of the block at the bonus; pending taps join."
-    logits, s.context = s.drafter.draft_step(torch.tensor([s.tokens[-1]], device=s.device), s.context, s.pending)
+    logits, s.context = s.rounds.step(torch.tensor([s.tokens[-1]], device=s.device), s.context, s.pending)
     s.pending = s.pending[:, :0]
     return logits
 
 # %% ../nbs/07_decode.ipynb #415d79f6
-def block_states(s: Decoding) -> torch.Tensor:
+def round_states(s: Decoding) -> torch.Tensor:
     "DFlash 2: the block's final states [1, B-1, H] at the bonus (the reference forward); pending taps join."
-    h, s.context = s.drafter.draft_states(torch.tensor([s.tokens[-1]], device=s.device), s.context, s.pending)
+    h, s.context = s.rounds.states(torch.tensor([s.tokens[-1]], device=s.device), s.context, s.pending)
     s.pending = s.pending[:, :0]
     return h
 
@@ -186,7 +196,7 @@ def rollback(s: Decoding, verify: TargetPass, keep: int, fed: int):
 def chain_round(s: Decoding):
     "One DFlash round: draft a block, verify it in one target pass, keep the accepted prefix and the bonus."
     s.lap()
-    drafts = draft_block(s).max(-1).indices             # argmax (the first of ties, as argmax), cheaper on CPU
+    drafts = round_scores(s).max(-1).indices             # argmax (the first of ties, as argmax), cheaper on CPU
     s.lap("draft_s")
     fed = torch.cat([drafts.new_tensor(s.tokens[-1:]), drafts])
     v = target_pass(s.target, fed, s.cache, s.tap_args, parents=torch.arange(len(fed)) - 1)
@@ -210,8 +220,8 @@ def tree_inputs(tree: DraftTree, bonus: int, start: int, dtype=torch.float32, de
 # %% ../nbs/07_decode.ipynb #2c7b45ae
 def draft_tree(s: Decoding, budget: int, lattice: bool = False) -> DraftTree:
     "The round's DDTree of `budget` nodes: over the block's marginals (DFlash 2: its head's), or its selector lattice."
-    if s.drafter.candidate_selector is None: return build_tree(draft_block(s).float().log_softmax(-1).cpu(), budget)
-    h, anchor = block_states(s), torch.tensor(s.tokens[-1:], device=s.device)
+    if s.drafter.candidate_selector is None: return build_tree(round_scores(s).float().log_softmax(-1).cpu(), budget)
+    h, anchor = round_states(s), torch.tensor(s.tokens[-1:], device=s.device)
     if lattice: return lattice_tree(*(x[0].cpu() for x in s.drafter.draft_lattice(h, anchor)), budget)
     return build_tree(s.drafter.logits(h)[0].float().log_softmax(-1).cpu(), budget)
 
@@ -241,9 +251,10 @@ def tree_round(s: Decoding, budget: int, lattice: bool = False):
 def speculative_generate(target: Target, drafter, prompt_ids, max_new_tokens: int, eos_token_id=None,
                          tree_budget: int | None = None, lattice: bool = False,
                          sampling: Sampling | None = None) -> dict:
-    "Speculative decoding of `prompt_ids` (ids or text) to the target's eos (`[]`: none): chain or DDTree, greedy or T > 0."
-    check_decodable(target, drafter, tree_budget, lattice, sampling)
-    s, prefill_s = start_decoding(target, drafter, prompt_ids, sampling)
+    "Speculative decoding by `drafter` (or its `RoundDrafter`) of `prompt_ids` (ids or text) to the target's eos (`[]`: none): chain or DDTree, greedy or T > 0."
+    rounds = round_drafter(drafter)
+    check_decodable(target, rounds.drafter, tree_budget, lattice, sampling)
+    s, prefill_s = start_decoding(target, rounds, prompt_ids, sampling)
     if tree_budget is not None: step = partial(tree_round, budget=tree_budget, lattice=lattice)
     else: step = chain_round if sampling is None else sampled_chain_round
     eos = stop_ids(target, eos_token_id)
@@ -276,9 +287,9 @@ def sample_drafts(s: Decoding) -> tuple:
     "Drafts [B-1] sampled at the bonus, and the distributions q [B-1, V] they were drawn from."
     T, g = s.sampling.temperature, s.generator
     if s.drafter.candidate_selector is None:        # DFlash: each slot from its own softmax(logits / T)
-        q = (draft_block(s).float() / T).softmax(-1)
+        q = (round_scores(s).float() / T).softmax(-1)
         return torch.multinomial(q, 1, generator=g)[:, 0], q
-    h, anchor = block_states(s), torch.tensor(s.tokens[-1:], device=s.device)
+    h, anchor = round_states(s), torch.tensor(s.tokens[-1:], device=s.device)
     cand, unary = s.drafter.candidates(h)           # DFlash 2: the walk samples each slot after the token before it
     tokens, _, scores = s.drafter.candidate_selector.walk(anchor, h, cand, unary, T, g)
     q = torch.zeros(cand.shape[1], s.drafter.config.vocab_size, device=h.device)
@@ -317,7 +328,7 @@ def _figures(base: float, pairs: list) -> dict:
 def decode_comparison(target: Target, drafters: dict, prompts, max_new_tokens: int, eos_token_id=None,
                       budgets: tuple = (None,)) -> dict:
     "`time_per_token`'s figures for every drafter × budget (None: chain), the target decoding each prompt once."
-    modes = [(name, b) for name in drafters for b in budgets]
+    modes, drafters = [(name, b) for name in drafters for b in budgets], {k: round_drafter(d) for k, d in drafters.items()}
     spec = lambda p, n, m: speculative_generate(target, drafters[m[0]], p, n, eos_token_id, m[1])
     greedy_generate(target, prompts[0], min(max_new_tokens, 8), eos_token_id)       # warm-up
     for m in modes: spec(prompts[0], min(max_new_tokens, 8), m)

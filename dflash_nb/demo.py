@@ -1,4 +1,5 @@
-"""`dflash-demo --out runs/demo`: from the toy target to a fused and a split drafter, compared in `report.md`.
+"""`dflash-demo --out runs/demo`: from the toy target to a fused, a split and a DFlash 2 drafter, compared in
+`report.md`: the run's budget, its stages (each resumes), the report and the command.
 
 Docs: https://dflash-nb.github.io/dflash_nb/demo.html.md"""
 
@@ -11,18 +12,24 @@ import torch
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from statistics import median
+from matplotlib.figure import Figure
 from tqdm.auto import tqdm
-from .config import default_target_layer_ids
+from .config import TrainConfig, default_target_layer_ids
 from .model import DFlashDraftModel, upgrade_to_dflash2
 from .storage import atomic_write, check_output_dir, read_json
 from .cache import HiddenStateCache, CacheLayout, select_taps
-from .extract import cached_responses, extract_to_cache
-from .config import TrainConfig
+from .toy import repo_data_dir, load_toy_target, load_prompts
+from .extract import cached_responses, extract_to_cache, eos_token_ids
 from .train import train, read_metrics
 from .checkpoint import latest_checkpoint, read_training_state
 from .objective import target_logits
-from .evaluate import offline_tau, comparison_rows, markdown_table, OfflineResult, plot_acceptance, selector_slots
-from .evaluate import with_selector_off, table_parts
+from .evaluate import offline_tau, comparison_rows, OfflineResult, plot_acceptance, selector_slots, with_selector_off
+from .decode import decode_comparison
+from .probes import (layer_rms_live, layer_rms_cache, plot_layer_norms, fc_report, plot_fc_report, tap_ablation,
+                              deepest_tap_share)
+from .study_config import load_study_config
+from .study_rows import question_rows, gap_rows
+from .tables import markdown_table, markdown_tables
 from .cli import refusals
 
 # %% auto #0
@@ -160,7 +167,6 @@ LABEL_WORDS = {"tokens": TOKENS, "final": "the target's final-layer argmax", "de
 
 def plot_training(runs: dict, against: dict | None = None, offline: dict | None = None):
     "Loss and τ̂ vs step of runs {name: metrics}, τ̂ labelled by what it is measured `against`; `offline` τ as ◆."
-    from matplotlib.figure import Figure
     against, offline = against or {}, offline or {}
     fig = Figure(figsize=(11, 3.8), layout="constrained")
     a1, a2 = fig.subplots(1, 2, width_ratios=[2, 3])
@@ -191,8 +197,6 @@ def _save(fig, path: Path) -> str:
 # %% ../nbs/10_demo.ipynb #4447f3d5
 def diagnostics_figures(target, models: dict, cache: HiddenStateCache, out: Path, n_samples: int = 4) -> dict:
     "Write the report's diagnostics PNGs (norms, tap contributions); returns {figure name: file name}."
-    from matplotlib.figure import Figure
-    from dflash_nb.diagnostics import layer_rms_live, layer_rms_cache, plot_layer_norms, fc_report, plot_fc_report
     idx = range(min(n_samples, len(cache)))
     taps = next(iter(models.values())).config.target_layer_ids
     norms = {"live target (fp32)": layer_rms_live(target, [cache[i]["input_ids"] for i in idx]),
@@ -209,7 +213,6 @@ def diagnostics_figures(target, models: dict, cache: HiddenStateCache, out: Path
 # %% ../nbs/10_demo.ipynb #b2e0d009
 def _acceptance_figure(offline: list):
     "`plot_acceptance` of the offline results on a figure of its own (pyplot's global figures untouched)."
-    from matplotlib.figure import Figure
     fig = Figure(figsize=(7, 4))
     plot_acceptance(offline, ax=fig.subplots())
     return fig
@@ -254,8 +257,6 @@ def _with_speed(full: dict, timed: list) -> dict:
 
 def stage_online(target, ckpts: dict, samples: list[dict], path: Path, cfg: DemoConfig) -> dict:
     "Online chain and DDTree-(B-1) decoding per drafter: τ, lossless, speed over timed repeats (JSON at `path`)."
-    from dflash_nb.decode import decode_comparison
-    from dflash_nb.extract import eos_token_ids
     prompts, eq = [s["input_ids"][s["loss_mask"] == 0].tolist() for s in samples], cfg.drafter.get("block_size", 16) - 1
     old = json.loads(path.read_text()) if path.exists() else {}
     if _online_done(old, eq, cfg.speed_repeats): return old
@@ -273,7 +274,6 @@ def stage_online(target, ckpts: dict, samples: list[dict], path: Path, cfg: Demo
 # %% ../nbs/10_demo.ipynb #b2e0d003
 def stage_ablation(model, cache: HiddenStateCache, path: Path) -> dict:
     "Zero-ablation of every tap of `model` over `cache`: base τ, rows, deepest tap's share (JSON at `path`)."
-    from dflash_nb.diagnostics import tap_ablation, deepest_tap_share
     def compute():
         base, rows = tap_ablation(model, cache, modes=("zero",))
         return {"tau": base.tau, "rows": rows, "deepest_share": deepest_tap_share(model, rows)}
@@ -401,8 +401,6 @@ STUDY_QUESTIONS = ("fused vs split (same token labels)", "split labels, deepest 
 
 def study_answer() -> str:
     "The shipped toy study's controlled fused-vs-split answer (`data/study-toy`), in words; '' where it is absent."
-    from dflash_nb.study import load_study_config, question_rows
-    from dflash_nb.toy import repo_data_dir
     data = repo_data_dir()
     if not (data / "study-toy" / "results.json").exists(): return ""
     sc = load_study_config(data / "configs" / "study-toy.yaml")
@@ -426,8 +424,6 @@ def _plan_text(path: Path) -> str:
 
 def gap_section(data=None) -> list[str]:
     "Report lines: the long study's factors ranked by their effect on τ (toy scale), and its cost at 27B; [] if absent."
-    from dflash_nb.study import load_study_config, gap_rows
-    from dflash_nb.toy import repo_data_dir
     data = Path(data or repo_data_dir())
     if not (res := data / LONG_STUDY / "results.json").exists(): return []
     sc = load_study_config(data / "configs" / f"{LONG_STUDY}.yaml")
@@ -460,7 +456,6 @@ def _online_prompts_text(cfg: DemoConfig) -> str:
 def write_report(out: Path, cfg: DemoConfig, res: DemoResults) -> Path:
     "Write `out/report.md` from the stage results."
     B = cfg.drafter.get("block_size", 16)
-    tables = lambda rows: "\n\n".join(markdown_table(p) for p in table_parts(rows, []))
     lines = ["# dflash_nb demo report", "",
              f"Toy target, {cfg.n_train_prompts} training and {cfg.n_eval_prompts} eval prompts, "
              f"{cfg.steps} steps per drafter (same data, seed and budget; the fusion layout and split's label source "
@@ -472,12 +467,12 @@ def write_report(out: Path, cfg: DemoConfig, res: DemoResults) -> Path:
              "`lossless` when every output, chain and DDTree, equalled the target's own greedy decoding; the speedup "
              "is measured (median over repeats) next to its ideal, and says `noise` where the timing is not a "
              "result (see Speed). Per-slot acceptance is the acceptance plot below.", "",
-             "## Offline and online τ on the same prompts", "", tables(_same_prompt_rows(res, B - 1)), "",
+             "## Offline and online τ on the same prompts", "", markdown_tables(_same_prompt_rows(res, B - 1)), "",
              f"Offline τ over {_online_prompts_text(cfg)} eval prompts, the ones online decoding runs for real: each "
              "online τ should equal the offline τ next to it.", "",
-             "## Speed", "", tables(_speed_rows(res, B - 1)) if res.online else "No online decoding.", "",
+             "## Speed", "", markdown_tables(_speed_rows(res, B - 1)) if res.online else "No online decoding.", "",
              _speed_text(res, cfg), "",
-             "## More numbers", "", tables(_more_rows(res, B - 1)), "",
+             "## More numbers", "", markdown_tables(_more_rows(res, B - 1)), "",
              "## How much of τ the deepest tap carries", "", _ablation_text(res.ablation), "",
              "## Fused vs split: what the gap does and does not show", "", _split_text(res.labels), "",
              *gap_section(), *_dflash2_text(res, cfg)]
@@ -497,7 +492,6 @@ def _timed(timings: dict, name: str, f, *args):
 # %% ../nbs/10_demo.ipynb #5b141664
 def run_demo(out, cfg: DemoConfig | None = None, target=None, prompts: dict | None = None) -> Path:
     "Run (or resume) the whole demo into directory `out`; returns the report's path."
-    from dflash_nb.toy import load_toy_target, load_prompts
     cfg, out, t = cfg or DemoConfig(), Path(out), {}
     out.mkdir(parents=True, exist_ok=True)
     target = target or load_toy_target()

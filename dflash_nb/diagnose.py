@@ -9,21 +9,25 @@ Docs: https://dflash-nb.github.io/dflash_nb/diagnose.html.md"""
 from __future__ import annotations
 import argparse, json, tempfile
 from copy import copy
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 import torch
 from .cache import HiddenStateCache, CacheLayout, check_compatible
 from .config import TrainConfig, DRAFTER_KEYS, TAP_CONVENTIONS, hidden_state_index
 from .extract import extract_to_cache, extract_samples
-from .train import Trainer
+from .train import Trainer, read_metrics
 from .decode import speculative_generate
 from .model import DFlashDraftModel, param_counts
-from .evaluate import (load_drafters, offline_tau, offline_tau_many, markdown_table, plot_acceptance,
-                                wilson_interval, expected_acceptance, add_sampling_options, eval_sampling)
-from .target import fla_missing, set_linear_backend
-from .diagnostics import tap_transform, tap_means
+from .evaluate import (load_drafters, offline_tau, offline_tau_many, plot_acceptance, expected_acceptance,
+                                add_sampling_options, eval_sampling)
+from .tables import markdown_table
+from .stats import mean_ci, wilson_interval
+from .study_config import load_study_config
+from .study_rows import question_rows
+from .toy import repo_data_dir
+from .target import fla_missing, set_linear_backend, load_target_heads, load_target
+from .probes import tap_transform, tap_means
 from .checkpoint import latest_checkpoint, read_training_state
-from .study import mean_ci
 from .storage import atomic_write, check_output_dir
 from .cli import refusals
 
@@ -32,7 +36,7 @@ from .cli import refusals
 __all__ = ['RUN_FIELDS', 'STUDY_QUESTIONS', 'THETAS', 'MIN_GAIN', 'LIVE_FLOOR', 'drafter_facts', 'run_facts', 'diff_rows',
            'interval', 'measure', 'measure_rows', 'measure_online', 'counterfactuals', 'study_answers', 'attribution',
            'with_config', 'serving_checks', 'live_tolerance', 'live_checks', 'train_vs_serve', 'overfit_gate',
-           'diagnose', 'diagnose_parser', 'diagnose_main']
+           'DiagnoseSettings', 'diagnose', 'diagnose_parser', 'diagnose_main']
 
 # %% ../nbs/13_diagnose.ipynb #0ee2d2c8
 def drafter_facts(model: DFlashDraftModel) -> dict:
@@ -71,9 +75,8 @@ def run_facts(run_dir) -> dict:
     planned = cfg.get("steps") or f"{cfg.get('epochs')} epochs"
     facts |= {"train steps": f"{step} of {planned}", "train samples seen": str(samples),
               "train epochs": f"{samples / n:.2f}" if n else "unknown (cache not found)"}
-    metrics = run_dir / "metrics.jsonl"
-    if metrics.exists() and (lines := metrics.read_text().split("\n")) and lines[0]:
-        last = json.loads([l for l in lines if l.strip()][-1])
+    if (run_dir / "metrics.jsonl").exists() and (recs := read_metrics(run_dir)):
+        last = recs[-1]
         facts |= {"train last loss": f"{last['loss']:.4f}", "train last tau_est": f"{last['tau_est']:.3f}",
                   "train slot acc (last log)": str([round(x, 3) for x in last["acc_cond"][:4]])}
     return facts
@@ -189,8 +192,6 @@ STUDY_QUESTIONS = {"fusion": ("study-toy", "fused vs split (same token labels)")
 
 def study_answers(facts: dict) -> list[dict]:
     "Rows {difference, <name>: value, question, answer}: each differing fact a committed recipe study measures."
-    from dflash_nb.study import load_study_config, question_rows
-    from dflash_nb.toy import repo_data_dir
     data, answers, rows = repo_data_dir(), {}, []
     for r in diff_rows(facts):
         if len({r[n] for n in facts}) < 2 or r["fact"] not in STUDY_QUESTIONS: continue
@@ -321,8 +322,7 @@ def live_checks(cache: HiddenStateCache, target, n: int = 2) -> list[dict]:
 # %% ../nbs/13_diagnose.ipynb #6343736c
 def train_vs_serve(result, run_dir, slots: int = 4, last: int = 3, online: dict | None = None) -> list[dict]:
     "Per slot: training accuracy (last `last` records) against offline acceptance [Wilson 95%] (and `online`'s), flagged."
-    lines = [l for l in (Path(run_dir) / "metrics.jsonl").read_text().split("\n") if l.strip()]
-    recs = [json.loads(l) for l in lines][-last:]
+    recs = read_metrics(run_dir)[-last:]
     n = min(slots, len(result.acc_cond), *(len(r["acc_cond"]) for r in recs))
     lo, hi = wilson_interval(result.counts["accepted"][:n], result.counts["reached"][:n])
     rows = []
@@ -371,10 +371,21 @@ def _drafter_path(p) -> tuple:
     raise ValueError(f"{p} is neither a drafter checkpoint (no config.json) nor a training run (no "
                      "checkpoints/latest.json): give one of those.")
 
-def diagnose(drafters: dict, cache: HiddenStateCache, target_model, out, budgets=(8,), indices=None, target=None,
-             online: int = 0, overfit: bool = False, sampling=None) -> Path:
+@dataclass
+class DiagnoseSettings:
+    "What `diagnose` measures besides the offline chain: DDTree budgets, samples, live prompts, the overfit gate, T."
+    budgets: tuple = (8,)             # DDTree budgets besides B-1
+    indices: object = None            # the cache samples to measure (None: all)
+    online: int = 0                   # prompts to decode live with the whole target (0: none)
+    overfit: bool = False             # the overfit gate (needs the whole target)
+    sampling: object = None           # a `Sampling` for T > 0; None: greedy
+
+def diagnose(drafters: dict, cache: HiddenStateCache, target_model, out, target=None,
+             settings: DiagnoseSettings = DiagnoseSettings()) -> Path:
     "Write the diagnosis of `drafters` {name: checkpoint or run directory} into `out`; the whole `target` for the rest."
     out = check_output_dir(out)
+    s = settings
+    budgets, indices, online, overfit, sampling = s.budgets, s.indices, s.online, s.overfit, s.sampling
     if online < 0: raise ValueError(f"online={online}: give a number of prompts to decode live, >= 0 (0: none).")
     if (online or overfit) and target is None:
         raise ValueError("online τ, the live-target checks and the overfit gate run the whole target: give target=.")
@@ -435,7 +446,6 @@ def diagnose_parser() -> argparse.ArgumentParser:
 
 def diagnose_main(argv=None) -> None:
     "Entry point of `dflash-diagnose`: None (exit 0) on success; a refused input exits 2 with a one-line message."
-    from dflash_nb.target import load_target_heads, load_target
     a = diagnose_parser().parse_args(argv)
     with refusals("dflash-diagnose"):
         if a.names and len(a.names) != len(a.drafter):
@@ -454,6 +464,6 @@ def diagnose_main(argv=None) -> None:
         cache, heads = HiddenStateCache(a.cache), load_target_heads(a.target)
         idx = range(min(a.limit, len(cache))) if a.limit else None
         full = load_target(a.target) if a.overfit or a.online else None
-        print(diagnose(dict(zip(names, a.drafter)), cache, heads.model, a.out, tuple(a.budgets), idx, full, a.online,
-                       a.overfit, sampling))
+        settings = DiagnoseSettings(tuple(a.budgets), idx, a.online, a.overfit, sampling)
+        print(diagnose(dict(zip(names, a.drafter)), cache, heads.model, a.out, full, settings))
 

@@ -17,6 +17,11 @@ import torch.distributed as dist
 from .config import TrainConfig
 from .model import DFlashDraftModel
 from .storage import check_output_dir
+from datetime import timedelta
+import ctypes, signal
+import socket
+import uuid
+import threading
 
 # %% auto #0
 __all__ = ['DIST_TIMEOUT', 'NODE_LOCAL', 'resolve_device', 'check_dist_timeout', 'init_distributed', 'parallelize', 'all_sum',
@@ -48,7 +53,6 @@ def check_dist_timeout(seconds: float) -> float:
 # %% ../nbs/04d_distributed.ipynb #83ac0722
 def init_distributed(device: torch.device, timeout: float = DIST_TIMEOUT) -> tuple[int, int]:
     "(rank, world_size); under torchrun starts the process group (NCCL on CUDA, gloo on CPU), `timeout` s waits."
-    from datetime import timedelta
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not dist.is_initialized():
         if device.type == "cuda": torch.cuda.set_device(device)
@@ -61,8 +65,8 @@ def parallelize(model: DFlashDraftModel, mode: str, world: int) -> nn.Module:
     "What the loop runs: `model` on one process; under torchrun a DDP wrapper, or `model` FSDP-sharded in place."
     if world == 1: return model
     if mode == "ddp": return nn.parallel.DistributedDataParallel(model)
-    from torch.distributed.fsdp import fully_shard
-    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard               # FSDP: only when a run asks for it
+    from torch.distributed.device_mesh import init_device_mesh  # FSDP: only when a run asks for it
     mesh = init_device_mesh(model.device.type, (world,))   # the drafter's device: a CPU run on a GPU box stays on CPU
     for layer in model.layers: fully_shard(layer, mesh=mesh)
     return fully_shard(model, mesh=mesh, ignored_params={model.embed_tokens.weight, model.lm_head.weight})
@@ -157,7 +161,6 @@ def nodes_from_args(a: argparse.Namespace) -> Nodes:
 # %% ../nbs/04d_distributed.ipynb #de4fdc2b
 def die_with_parent() -> None:
     "On Linux, have the kernel SIGKILL this process when its parent exits (a rank never outlives its torchrun)."
-    import ctypes, signal
     if sys.platform != "linux": return
     if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL) != 0:   # 1: PR_SET_PDEATHSIG
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
@@ -182,7 +185,6 @@ class Ranks:
 # %% ../nbs/04d_distributed.ipynb #4c068abb
 def start_ranks(device: torch.device, node: int, timeout: float = DIST_TIMEOUT) -> Ranks:
     "Start the process group (`init_distributed`) and learn every rank's name: rank, node, host and pid."
-    import socket
     rank, world = init_distributed(device, timeout)
     env = os.environ.get
     names = gather_objects(f"rank {rank} (node {node}, host {socket.gethostname()}, pid {os.getpid()})", world)
@@ -214,7 +216,6 @@ def _appears(path: Path, text: str, wait: float) -> bool:
 @patch
 def check_shared(self: Ranks, path, wait: float = 5.0) -> None:
     "Refuse a run whose `path` is not one directory for every rank: rank 0 writes a file there, every rank looks."
-    import uuid
     token = gather_objects(uuid.uuid4().hex, self.world)[0]          # rank 0's
     probe = check_output_dir(path) / f".shared-{token}"
     if self.rank == 0:
@@ -232,8 +233,6 @@ def check_shared(self: Ranks, path, wait: float = 5.0) -> None:
 # %% ../nbs/04d_distributed.ipynb #204e0c5e
 def _missing(store: tuple, rank: int, world: int, wait: float) -> list[int]:
     "Check in as `rank` at `store` (host, port); the ranks that have not after `wait` s (or once all did)."
-    import socket
-    from datetime import timedelta
     key = lambda r: f"dflash/roll-call/{r}"
     socket.create_connection(store, timeout=wait).close()     # a refused port fails here, without torch's retries
     client = dist.TCPStore(*store, is_master=False, timeout=timedelta(seconds=wait))
@@ -247,7 +246,6 @@ def _missing(store: tuple, rank: int, world: int, wait: float) -> list[int]:
 @patch
 def roll_call(self: Ranks, wait: float = 5.0) -> list[int] | None:
     "After a failed collective: the ranks that do not check in at the run's store within `wait` s; None if it is gone."
-    import threading
     out = []
     def call():
         try: out.append(_missing(self.store, self.rank, self.world, wait))

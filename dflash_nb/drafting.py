@@ -1,4 +1,4 @@
-"""The drafter's two fast paths, as methods of `DFlashDraftModel`: one decoding round's drafting step, and many blocks at once for the offline replay, each tested against the reference forward.
+"""The drafter's two fast paths, each tested against the reference forward: `RoundDrafter`, one decoding round's drafting step (owned by the decoder), and `BlockDrafts`, many blocks at once for the offline replay.
 
 Docs: https://dflash-nb.github.io/dflash_nb/drafting.html.md"""
 
@@ -10,11 +10,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from fastcore.basics import patch
-from .model import (DFlashDraftModel, DFlashDecoderLayer, ContextCache, rms_norm, apply_rope, rope_cos_sin,
-                             dflash_mask_mod, dense_mask, sdpa_attend)
+from .ops import rms_norm, apply_rope, rope_cos_sin, dflash_mask_mod, dense_mask, sdpa_attend
+from .model import DFlashDraftModel, DFlashDecoderLayer, ContextCache
 
 # %% auto #0
-__all__ = ['block_attend', 'LayerWeights', 'DraftWeights', 'DraftBuffers', 'DraftContext', 'BlockRows', 'BlockDrafts']
+__all__ = ['block_attend', 'LayerWeights', 'layer_weights', 'DraftWeights', 'RoundDrafter', 'DraftBuffers', 'DraftContext',
+           'BlockRows', 'BlockDrafts']
 
 # %% ../nbs/01a_drafting.ipynb #bf6a9037
 def block_attend(a, ctx_len: int, block_size: int, device):
@@ -47,19 +48,18 @@ class LayerWeights:
     head_dim: int
 
 # %% ../nbs/01a_drafting.ipynb #bd682eb1
-@patch
-def draft_layout(self: DFlashDecoderLayer) -> LayerWeights:
-    "This layer's weights laid out for `LayerWeights.step`."
-    a, m = self.self_attn, self.mlp
+def layer_weights(layer: DFlashDecoderLayer) -> LayerWeights:
+    "`layer`'s weights laid out for `LayerWeights.step`."
+    a, m = layer.self_attn, layer.mlp
     for p in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj):
         if type(p) is not torch.nn.Linear:
-            raise NotImplementedError(f"draft_step reads plain nn.Linear weights, but this drafter layer has a "
-                                      f"projection of type {type(p).__name__}: merge it into nn.Linear first "
+            raise NotImplementedError(f"The fast drafting step reads plain nn.Linear weights, but this drafter layer has "
+                                      f"a projection of type {type(p).__name__}: merge it into nn.Linear first "
                                       "(PEFT: merge_and_unload()).")
     stack = lambda *ws: _in_out(torch.cat([w.weight for w in ws]))
     qk_norm = torch.cat([a.q_norm.weight.expand(a.nh, -1), a.k_norm.weight.expand(a.nkv, -1)])
-    return LayerWeights(self.input_layernorm.weight, stack(a.q_proj, a.k_proj, a.v_proj), qk_norm,
-                        _in_out(a.o_proj.weight), self.post_attention_layernorm.weight,
+    return LayerWeights(layer.input_layernorm.weight, stack(a.q_proj, a.k_proj, a.v_proj), qk_norm,
+                        _in_out(a.o_proj.weight), layer.post_attention_layernorm.weight,
                         stack(m.gate_proj, m.up_proj), _in_out(m.down_proj.weight), a.q_norm.eps, a.nh, a.nkv, a.hd)
 
 # %% ../nbs/01a_drafting.ipynb #881a23e5
@@ -69,29 +69,32 @@ def _stamp(params) -> tuple:
 
 @dataclass
 class DraftWeights:
-    "A drafter's weights laid out for `draft_step` (see `draft_weights`), and the parameters they were made from."
+    "A drafter's weights laid out for `RoundDrafter.step`, and the parameters they were made from."
     layers: list                # LayerWeights per drafter layer
     lm_head: torch.Tensor       # [H, V] the target's lm_head
     sources: tuple              # the drafter's parameters
     stamp: tuple                # their `_stamp` then
     def unchanged(self) -> bool: return _stamp(self.sources) == self.stamp
 
-@patch
-def draft_weights(self: DFlashDraftModel) -> DraftWeights:
-    "The drafter's `DraftWeights`: kept on it, made again once its parameters are other tensors, moved or written."
-    params, got = tuple(self.parameters()), self.__dict__.get("_draft_weights")
-    if got is None or tuple(map(id, got.sources)) != tuple(map(id, params)) or not got.unchanged():
-        self.check_target()
-        with torch.no_grad():
-            got = DraftWeights([l.draft_layout() for l in self.layers], _in_out(self.lm_head.weight), params,
-                               _stamp(params))
-        self.__dict__["_draft_weights"] = got
-    return got
+class RoundDrafter:
+    "One decoding round's drafting for `drafter`: its weights laid out once, K/V buffers grown in place (`step`)."
+    def __init__(self, drafter: DFlashDraftModel): self.drafter, self._weights = drafter, None
+
+    def weights(self) -> DraftWeights:
+        "The drafter's `DraftWeights`: kept, made again once its parameters are other tensors, moved or written."
+        params, got = tuple(self.drafter.parameters()), self._weights
+        if got is None or tuple(map(id, got.sources)) != tuple(map(id, params)) or not got.unchanged():
+            self.drafter.check_target()
+            with torch.no_grad():
+                got = DraftWeights([layer_weights(l) for l in self.drafter.layers],
+                                   _in_out(self.drafter.lm_head.weight), params, _stamp(params))
+            self._weights = got
+        return got
 
 # %% ../nbs/01a_drafting.ipynb #7ebf2ebf
 @dataclass
 class DraftBuffers:
-    "What one decode's drafter steps share (see `draft_buffers`); positions < `filled` of `k`, `v` are the context."
+    "What one decode's drafter steps share (see `RoundDrafter.buffers`); positions < `filled` of `k`, `v` are the context."
     k: list                 # per layer [1, kv_heads, capacity, head_dim], written in place round after round
     v: list
     cos: torch.Tensor       # [capacity, head_dim] `rope_cos_sin` of every position
@@ -106,7 +109,7 @@ class DraftBuffers:
 # %% ../nbs/01a_drafting.ipynb #17acb396
 @dataclass
 class DraftContext(ContextCache):
-    "A `ContextCache` whose K/V are views of `buffers`, after which the next `draft_step` writes in place."
+    "A `ContextCache` whose K/V are views of `buffers`, after which the next `RoundDrafter.step` writes in place."
     buffers: DraftBuffers | None = None
 
 # %% ../nbs/01a_drafting.ipynb #6f6332bf
@@ -117,16 +120,16 @@ def _grown(t: torch.Tensor, n: int) -> torch.Tensor:
     return out
 
 @patch
-def draft_buffers(self: DFlashDraftModel, context: ContextCache, need: int) -> DraftBuffers:
+def buffers(self: RoundDrafter, context: ContextCache, need: int) -> DraftBuffers:
     "`context`'s buffers if they are this drafter's, unchanged, hold `need` positions and end at `context`, else new."
-    buf = getattr(context, "buffers", None)
-    if (buf is not None and buf.drafter is self and buf.weights.unchanged() and buf.filled == context.length
+    buf, d = getattr(context, "buffers", None), self.drafter
+    if (buf is not None and buf.drafter is d and buf.weights.unchanged() and buf.filled == context.length
             and need <= buf.capacity): return buf
-    k0, n, weights = context.kv[0][0], 2 * need, self.draft_weights()
-    cos, sin = (t.to(k0.dtype) for t in rope_cos_sin(torch.arange(n, device=k0.device), *self.rope(k0.device)))
-    masks = self.embed_blocks(torch.zeros(1, dtype=torch.long, device=self.embed_tokens.weight.device))
+    k0, n, weights = context.kv[0][0], 2 * need, self.weights()
+    cos, sin = (t.to(k0.dtype) for t in rope_cos_sin(torch.arange(n, device=k0.device), *d.rope(k0.device)))
+    masks = d.embed_blocks(torch.zeros(1, dtype=torch.long, device=d.embed_tokens.weight.device))
     return DraftBuffers([_grown(k, n) for k, _ in context.kv], [_grown(v, n) for _, v in context.kv],
-                        cos, sin, masks[:, 1:].to(k0.device), self, weights, context.length)
+                        cos, sin, masks[:, 1:].to(k0.device), d, weights, context.length)
 
 # %% ../nbs/01a_drafting.ipynb #67327cd1
 @dataclass
@@ -155,32 +158,33 @@ def step(self: LayerWeights, x: torch.Tensor, rows: BlockRows, kv: tuple, attend
 
 # %% ../nbs/01a_drafting.ipynb #588c6609
 @patch
-def draft_states(self: DFlashDraftModel, anchor: torch.Tensor, context: ContextCache, taps: torch.Tensor):
+def states(self: RoundDrafter, anchor: torch.Tensor, context: ContextCache, taps: torch.Tensor):
     "Append fc taps [1, t, n_fc*H] to `context`; the block's final states [1, B-1, H] at `anchor` [1], and the context."
     with torch.inference_mode():                   # the reference forward: what DFlash 2's selector and trees read
-        cache = self.extend_context(taps, context)
-        return self.draft_hidden(anchor, cache)[:, 1:], cache
+        cache = self.drafter.extend_context(taps, context)
+        return self.drafter.draft_hidden(anchor, cache)[:, 1:], cache
 
-@patch
-def draft_step(self: DFlashDraftModel, anchor: torch.Tensor, context: ContextCache, taps: torch.Tensor):
+@patch(nm="step")
+def _round_step(self: RoundDrafter, anchor: torch.Tensor, context: ContextCache, taps: torch.Tensor):
     "Append fc taps [1, t, n_fc*H] to `context`, draft the block at token `anchor` [1]: (scores [B-1, V], context)."
-    c, start, p = self.config, context.length, context.length + taps.shape[1]
+    d = self.drafter
+    c, start, p = d.config, context.length, context.length + taps.shape[1]
     if c.kind != "dflash":       # DFlash 2: the reference forward (its convs have no laid-out path), the walk's scores
         with torch.inference_mode():
-            h, cache = self.draft_states(anchor, context, taps)
-            return self.draft_scores(h, anchor)[0], cache
+            h, cache = self.states(anchor, context, taps)
+            return d.draft_scores(h, anchor)[0], cache
     end = p + c.block_size
-    self.check_positions(end - 1)
+    d.check_positions(end - 1)
     with torch.inference_mode():                   # less per-op bookkeeping than no_grad
-        buf = self.draft_buffers(context, end)
+        buf = self.buffers(context, end)
         w = buf.weights
-        rows = BlockRows(self.fuse_context(taps), start, buf.cos[start:end, None], buf.sin[start:end, None])
-        x = torch.cat([self.embed_tokens(anchor)[None].to(buf.masks.dtype), buf.masks], 1)
+        rows = BlockRows(d.fuse_context(taps), start, buf.cos[start:end, None], buf.sin[start:end, None])
+        x = torch.cat([d.embed_tokens(anchor)[None].to(buf.masks.dtype), buf.masks], 1)
         for lw, k, v, a in zip(w.layers, buf.k, buf.v, c.layer_attention):
             x = lw.step(x, rows, (k, v), block_attend(a, p, c.block_size, x.device))
         buf.filled = p
         kv = [(k[:, :, :p], v[:, :, :p]) for k, v in zip(buf.k, buf.v)]
-        return self.norm(x[0, 1:]).to(w.lm_head.dtype) @ w.lm_head, DraftContext(kv, p, buf)
+        return d.norm(x[0, 1:]).to(w.lm_head.dtype) @ w.lm_head, DraftContext(kv, p, buf)
 
 # %% ../nbs/01a_drafting.ipynb #773bbf23
 class BlockDrafts:
@@ -212,10 +216,3 @@ class BlockDrafts:
         x = self.model.layers[-1].finish(pick(self.x)[:, s], pick(self.h)[:, s], tuple(map(pick, self.kv)), cos, sin,
                                          sdpa_attend(pick(self.mask)[:, :, s]))
         return self.model.norm(x)
-
-# %% ../nbs/01a_drafting.ipynb #7b22bd54
-@patch
-def block_drafts(self: DFlashDraftModel, ctx: ContextCache, rows: torch.Tensor, tokens: torch.Tensor,
-                 anchors: torch.Tensor) -> BlockDrafts:
-    "The blocks at `anchors` [n] (anchor `tokens` [n]) over rows `rows` of `ctx`, ready for `BlockDrafts.hidden`."
-    return BlockDrafts(self, ctx, rows, tokens, anchors)

@@ -1,4 +1,6 @@
-"""Acceptance length τ from a hidden-state cache alone: chain drafting and DDTree, per-position acceptance, and side-by-side comparison of any number of drafters.
+"""Acceptance length τ from a hidden-state cache alone: the replay engine (chain drafting and DDTree, many prompts as
+one batch), per-position acceptance, expected τ at temperature, side-by-side comparison of any number of drafters,
+and `dflash-eval`.
 
 Docs: https://dflash-nb.github.io/dflash_nb/evaluate.html.md"""
 
@@ -12,22 +14,29 @@ from itertools import islice
 from pathlib import Path
 import torch
 import torch.nn.functional as F
+import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 from tqdm.auto import tqdm
 from .config import ATTENTION_MODES
 from .model import DFlashDraftModel, ContextCache, param_counts, describe_drafter
 from .drafting import BlockDrafts
 from .trees import DraftTree, Lattice, build_tree, grow_tree, lattice_tree, walk_tree
+from .objective import acceptance_counts, acceptance_metrics
+from .target import config_hash, load_target_heads
+from .decode import Sampling
+from .stats import SMALL_N, acceptance_band
+from .tables import markdown_tables
 from .storage import atomic_write, check_output_dir
 from .cache import HiddenStateCache, check_compatible
 from .cli import refusals
 
 # %% auto #0
-__all__ = ['SPANS', 'ROW_BYTES', 'BLOCKS_PER_CALL', 'REPLAY_ROWS', 'MAX_COLUMNS', 'SMALL_N', 'SHOW', 'accept_chain',
-           'accept_tree', 'replay', 'pad_stack', 'prompt_contexts', 'blocks_per_call', 'AnchorDrafts', 'anchor_drafts',
-           'replay_prompts', 'OfflineResult', 'round_acceptance', 'offline_result', 'offline_tau_many', 'offline_tau',
-           'selector_slots', 'anchor_overlaps', 'expected_acceptance', 'comparison_rows', 'markdown_table',
-           'table_parts', 'eval_tables', 'wilson_interval', 'acceptance_band', 'plot_acceptance', 'load_drafters',
-           'with_selector_off', 'compare', 'add_sampling_options', 'eval_parser', 'eval_sampling', 'eval_main']
+__all__ = ['SPANS', 'ROW_BYTES', 'BLOCKS_PER_CALL', 'REPLAY_ROWS', 'SHOW', 'accept_chain', 'accept_tree', 'replay', 'pad_stack',
+           'prompt_contexts', 'blocks_per_call', 'BlocksAndTruths', 'blocks_and_truths', 'replay_prompts',
+           'OfflineResult', 'round_acceptance', 'offline_result', 'offline_tau_many', 'offline_tau', 'selector_slots',
+           'anchor_overlaps', 'expected_acceptance', 'comparison_rows', 'eval_tables', 'plot_acceptance',
+           'load_drafters', 'with_selector_off', 'compare', 'add_sampling_options', 'eval_parser', 'eval_sampling',
+           'eval_main']
 
 # %% ../nbs/06_evaluate.ipynb #f04e61d2
 def accept_chain(logits: torch.Tensor, truth: torch.Tensor) -> int:
@@ -128,37 +137,37 @@ def blocks_per_call(model: DFlashDraftModel, ctx: ContextCache) -> int:
 
 # %% ../nbs/06_evaluate.ipynb #66d71ea5
 @dataclass
-class AnchorDrafts:
-    "Blocks drafted at anchors {(row, position): index}, the tokens after each and the chain's accepted drafts."
+class BlocksAndTruths:
+    "Blocks drafted at anchors {(row, position): index}, the true tokens after each, and the chain's accepted drafts."
     index: dict
     blocks: BlockDrafts
     truths: torch.Tensor             # [n, B-1] the tokens after each anchor, -1 past the end
-    tokens: torch.Tensor             # [n] the anchor tokens
-    chain: list
+    anchor_tokens: torch.Tensor      # [n] the tokens at the anchors
+    chain_accepted: list             # [n] the greedy chain's accepted drafts ([] if not asked)
 
-def anchor_drafts(model: DFlashDraftModel, ctx: ContextCache, input_ids: list, anchors: list,
-                  chain: bool = True) -> AnchorDrafts:
+def blocks_and_truths(model: DFlashDraftModel, ctx: ContextCache, input_ids: list, anchors: list,
+                      chain: bool = True) -> BlocksAndTruths:
     "The blocks drafted at `anchors` [(row, position)] of `ctx`, and (if `chain`) each one's greedy chain accepts."
     B, (rows, p) = model.config.block_size, (torch.tensor(x) for x in zip(*anchors))
     used = {i: r for r, i in enumerate(dict.fromkeys(rows.tolist()))}
     ids = F.pad(pad_stack([input_ids[i] for i in used], -1), (0, B), value=-1)   # -1 past each sequence's end
     r = torch.tensor([used[i] for i in rows.tolist()])
     truths = ids[r[:, None], p[:, None] + torch.arange(1, B)]
-    blocks = model.block_drafts(ctx, rows, ids[r, p], p)
+    blocks = BlockDrafts(model, ctx, rows, ids[r, p], p)
     accepts = _chain_accepts(model, blocks.hidden, truths, ids[r, p]).tolist() if chain else []
-    return AnchorDrafts({a: j for j, a in enumerate(anchors)}, blocks, truths, ids[r, p], accepts)
+    return BlocksAndTruths({a: j for j, a in enumerate(anchors)}, blocks, truths, ids[r, p], accepts)
 
 # %% ../nbs/06_evaluate.ipynb #6ce0b939
-def _accepted(model: DFlashDraftModel, d: AnchorDrafts, js: list, budgets: list) -> list[int]:
+def _accepted(model: DFlashDraftModel, d: BlocksAndTruths, js: list, budgets: list) -> list[int]:
     "Accepted drafts of rounds at blocks `js` of `d`, each under its rule: the chain's looked up, DDTree's scored."
-    got = [d.chain[j] if b is None else None for j, b in zip(js, budgets)]
+    got = [d.chain_accepted[j] if b is None else None for j, b in zip(js, budgets)]
     tree = [k for k, b in enumerate(budgets) if b is not None]
     if tree:                         # the last layer and the lm_head run only on the blocks and slots these rounds use
         used = list(dict.fromkeys(js[k] for k in tree))
         depth = min(max(getattr(budgets[k], "budget", budgets[k]) for k in tree), d.truths.shape[1])
         h, row = d.blocks.hidden(torch.tensor(used, device=model.device), 0, depth), {j: r for r, j in enumerate(used)}
         asks = [(row[js[k]], d.truths[js[k]], budgets[k]) for k in tree]
-        for k, n in zip(tree, _tree_accepts(model, h, asks, d.tokens[used])):
+        for k, n in zip(tree, _tree_accepts(model, h, asks, d.anchor_tokens[used])):
             got[k] = n
     return got
 
@@ -172,7 +181,7 @@ def replay_prompts(model: DFlashDraftModel, input_ids: list, ctx: ContextCache, 
     width = max(1, blocks_per_call(model, ctx) // max(1, len(input_ids)))   # anchors per row and call
     for lo in range(0, max((t - 1 - s for t, s in zip(T, starts)), default=0), width):
         anchors = [(i, s + o) for i, s in enumerate(starts) for o in range(lo, lo + width) if s + o < T[i] - 1]
-        d = anchor_drafts(model, ctx, input_ids, anchors, None in budgets)
+        d = blocks_and_truths(model, ctx, input_ids, anchors, None in budgets)
         while steps := [(s, d.index[(s[1], pos[s])]) for s in todo if (s[1], pos[s]) in d.index]:
             accepted = _accepted(model, d, [j for _, j in steps], [budgets[b] for (b, _), _ in steps])
             for ((b, i), _), n in zip(steps, accepted):   # every walk in this window of anchors takes a round
@@ -204,7 +213,6 @@ class OfflineResult:
 # %% ../nbs/06_evaluate.ipynb #6e6566c2
 def round_acceptance(rounds, block_size: int) -> dict:
     "Conditional/cumulative per-slot acceptance of chain rounds [(accepted, checkable)], and the counts behind them."
-    from dflash_nb.objective import acceptance_counts, acceptance_metrics
     k = torch.arange(1, block_size)
     n, c = torch.tensor([r[0] for r in rounds]), torch.tensor([r[1] for r in rounds])
     counts = acceptance_counts((k <= n[:, None])[None], (k <= c[:, None])[None])
@@ -293,7 +301,7 @@ def selector_slots(model: DFlashDraftModel, cache: HiddenStateCache, indices=Non
         ctx = prompt_contexts(model, list(taps))
         anchors = [(i, p) for i, (x, s) in enumerate(zip(ids, starts)) for p in range(s, len(x) - 1)]
         for part in _groups(anchors, blocks_per_call(model, ctx)):
-            d = anchor_drafts(model, ctx, list(ids), part, chain=False)
+            d = blocks_and_truths(model, ctx, list(ids), part, chain=False)
             counts += _slot_counts(model, d.blocks, torch.stack([ids[r][q] for r, q in part]), d.truths)
     reached, listed, missed, argmax_wrong = counts.double()
     return {"reached": reached.long().tolist(), "topk_recall": (listed / reached.clamp(min=1)).tolist(),
@@ -326,12 +334,12 @@ def anchor_overlaps(model: DFlashDraftModel, cache: HiddenStateCache, target_mod
         ctx = prompt_contexts(model, [cache.taps_for(i, c.fc_layer_ids) for i in group])
         anchors = [(k, p) for k, r in enumerate(recs) for p in range(_start(r["loss_mask"]), len(r["input_ids"]) - 1)]
         for part in _groups(anchors, blocks_per_call(model, ctx)):
-            d = anchor_drafts(model, ctx, ids, part, chain=False)
+            d = blocks_and_truths(model, ctx, ids, part, chain=False)
             live = d.truths >= 0                                              # slots inside the response
             pos = torch.tensor([p for _, p in part])[:, None] + torch.arange(c.block_size - 1)   # the state before slot k
             final = torch.stack([finals[k][pos[j].clamp(max=len(ids[k]) - 1)] for j, (k, _) in enumerate(part)])
             p = sampling.probs(head(norm(final.to(head.weight.device, head.weight.dtype))))
-            prev = torch.cat([d.tokens[:, None], d.truths[:, :-1].clamp(min=0)], 1)     # teacher-forced predecessors
+            prev = torch.cat([d.anchor_tokens[:, None], d.truths[:, :-1].clamp(min=0)], 1)   # teacher-forced
             a = _overlap(model, d.blocks.hidden(None, 0, None), p.to(dev), prev.to(dev), sampling.temperature)
             alphas.append(a.cpu() * live)
     if not alphas: raise ValueError("No sample in the cache has response tokens (loss_mask is all 0): nothing to evaluate.")
@@ -344,7 +352,6 @@ def expected_acceptance(model: DFlashDraftModel, cache: HiddenStateCache, target
     cum = a.cumprod(1)
     return {"temperature": sampling.temperature, "tau": 1 + cum.sum(1).mean().item(), "anchors": len(a),
             "acc_cond": a.mean(0).tolist(), "acc_cum": cum.mean(0).tolist()}
-
 
 # %% ../nbs/06_evaluate.ipynb #47bc5553
 def comparison_rows(results: list[OfflineResult], positions=(1, 2, 4, 8, 15)) -> list[dict]:
@@ -361,24 +368,6 @@ def comparison_rows(results: list[OfflineResult], positions=(1, 2, 4, 8, 15)) ->
         rows.append(row)
     return rows
 
-# %% ../nbs/06_evaluate.ipynb #a07b14d1
-def markdown_table(rows: list[dict]) -> str:
-    "Rows of dicts (same keys) as a markdown table."
-    keys = list(rows[0])
-    line = lambda cells: "| " + " | ".join(map(str, cells)) + " |"
-    return "\n".join([line(keys), "|" + "---|" * len(keys)] + [line(r[k] for k in keys) for r in rows])
-
-# %% ../nbs/06_evaluate.ipynb #1268bb48
-MAX_COLUMNS = 7      # a table wider than this wraps or scrolls in a terminal, on GitHub, on a 1280 px page
-
-def table_parts(rows: list[dict], groups: list[list[str]], width: int = MAX_COLUMNS) -> list[list[dict]]:
-    "`rows` as tables of at most `width` columns, each led by the rows' first key: `groups`' keys, then the rest."
-    lead, keys = list(rows[0])[0], list(rows[0])[1:]
-    parts = [[k for k in g if k in keys] for g in groups]
-    parts.append([k for k in keys if not any(k in p for p in parts)])
-    cut = [p[i:i + width - 1] for p in parts for i in range(0, len(p), width - 1)]
-    return [[{lead: r[lead]} | {k: r[k] for k in p} for r in rows] for p in cut]
-
 # %% ../nbs/06_evaluate.ipynb #7d0f2a3c
 def eval_tables(rows: list[dict], block_size: int) -> str:
     "`comparison_rows` as markdown tables of ≤ `MAX_COLUMNS`: the headline τ, the rest, acceptance by slot."
@@ -386,32 +375,11 @@ def eval_tables(rows: list[dict], block_size: int) -> str:
     tree = f"tau DDTree-{eq}" if f"tau DDTree-{eq}" in keys else next((k for k in keys if "DDTree" in k), "")
     head = ["fusion", "fc taps", "tau", tree, f"tau lattice-{eq}", *(k for k in keys if k.startswith("tau T="))]
     acc = [k for k in keys if k.startswith("acc@")]
-    parts = table_parts(rows, [head, [k for k in keys if k not in head + acc], acc])
-    return "\n\n".join(markdown_table(p) for p in parts)
-
-# %% ../nbs/06_evaluate.ipynb #e3b48d29
-def wilson_interval(k, n, z: float = 1.96) -> tuple:
-    "Wilson score interval (lo, hi) of proportions `k`/`n` (numbers or tensors), float64; (0, 1) where `n` is 0."
-    k, n = torch.as_tensor(k, dtype=torch.float64), torch.as_tensor(n, dtype=torch.float64)
-    m = n.clamp(min=1)
-    p, z2 = k / m, z * z
-    centre, half = (p + z2 / (2 * m)) / (1 + z2 / m), z * torch.sqrt(p * (1 - p) / m + z2 / (4 * m * m)) / (1 + z2 / m)
-    return torch.where(n > 0, centre - half, 0.0), torch.where(n > 0, centre + half, 1.0)
-
-# %% ../nbs/06_evaluate.ipynb #278354ca
-SMALL_N = 30      # rounds a slot needs for its 95% band; fewer: no band, the count written beside the point
-
-def acceptance_band(accepted, n, min_rounds: int = SMALL_N) -> tuple:
-    "Wilson 95% (lo, hi) of `accepted`/`n` per slot where `n` ≥ `min_rounds`; NaN at the other slots (no band)."
-    lo, hi = wilson_interval(accepted, n)
-    few = torch.as_tensor(n) < min_rounds
-    return lo.masked_fill(few, float("nan")), hi.masked_fill(few, float("nan"))
+    return markdown_tables(rows, [head, [k for k in keys if k not in head + acc], acc])
 
 # %% ../nbs/06_evaluate.ipynb #c64d6283
 def plot_acceptance(results: list[OfflineResult], ax=None, top: float | None = None):
     "Per-slot acceptance of drafters on one axes: cumulative (main, banded), conditional (dashed); y up to `top`."
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
     ax, peak = ax or plt.subplots(figsize=(7, 4))[1], 0.0
     for r, col in zip(results, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4):
         k = torch.arange(1, len(r.acc_cum) + 1)
@@ -487,7 +455,6 @@ SHOW = ("describe", "progress", "plot")
 def compare(drafters, cache: HiddenStateCache, target_model=None, budgets=(8,), indices=None, show=SHOW,
             sampling=None):
     "Evaluate `drafters` (see `load_drafters`) side by side over `cache`: (rows, results, axes or None); at T > 0 too."
-    from dflash_nb.target import config_hash
     show = (show,) if isinstance(show, str) else show
     if bad := set(show) - set(SHOW): raise ValueError(f"Unknown show {sorted(bad)}: use any of {SHOW}.")
     models = with_selector_off(load_drafters(drafters, target_model))
@@ -539,7 +506,6 @@ def eval_parser() -> argparse.ArgumentParser:
 # %% ../nbs/06_evaluate.ipynb #106bf1aa
 def eval_sampling(a: argparse.Namespace):
     "The `decode.Sampling` of --temperature/--top-k/--top-p (`add_sampling_options`); None at temperature 0 (greedy only)."
-    from dflash_nb.decode import Sampling
     if a.temperature == 0:
         if a.top_k is not None or a.top_p is not None:
             raise ValueError("--top-k and --top-p shape sampling: give --temperature > 0 with them, or drop them.")
@@ -548,7 +514,6 @@ def eval_sampling(a: argparse.Namespace):
 
 def _evaluate(a: argparse.Namespace) -> list:
     "Run `dflash-eval` on parsed arguments `a`: write the JSON, print the table, return the results."
-    from dflash_nb.target import load_target_heads
     if a.names and len(a.names) != len(a.checkpoint):
         raise ValueError(f"--names gives {len(a.names)} labels for {len(a.checkpoint)} checkpoints; "
                          "give one per checkpoint.")

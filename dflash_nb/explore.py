@@ -11,7 +11,11 @@ from dataclasses import dataclass
 import torch
 from .cache import HiddenStateCache, select_taps
 from .evaluate import offline_result, plot_acceptance, pad_stack, replay_prompts
-from .diagnostics import fc_report, plot_fc_report
+from .probes import fc_report, plot_fc_report
+from matplotlib.figure import Figure
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from PIL import Image
+import ipywidgets as W
 
 # %% auto #0
 __all__ = ['MemoryCache', 'TapInputs', 'tap_inputs', 'scaled_tau', 'TapExplorer', 'ExplorerState', 'explorer_update',
@@ -118,7 +122,6 @@ def update_figure(fig, state: ExplorerState, title: str = "", bars: bool = True,
 
 def explorer_figure(state: ExplorerState, title: str = ""):
     "Figure with per-position acceptance (left) and tap contribution shares (right) of an `ExplorerState`."
-    from matplotlib.figure import Figure
     fig = Figure(figsize=(10, 3.2), layout="constrained")
     fig.subplots(1, 2, width_ratios=[3, 2])
     return update_figure(fig, state, title)
@@ -133,7 +136,6 @@ def _changing(fig) -> list:
 class ExplorerFigure:
     "An explorer figure drawn once in full; `update` redraws only what a state changes, `png` renders it."
     def __init__(self, state: ExplorerState, dpi: int = 80):
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
         self.fig = explorer_figure(state)
         self.fig.set_dpi(dpi)
         a1, a2 = self.fig.axes
@@ -161,7 +163,6 @@ class ExplorerFigure:
 
     def png(self) -> bytes:
         "The figure as PNG bytes (what an image widget shows)."
-        from PIL import Image
         buf, image = io.BytesIO(), Image.frombuffer("RGBA", self.canvas.get_width_height(), self.canvas.buffer_rgba())
         image.save(buf, "png", compress_level=1)       # fast; the widget's PNG never leaves this machine
         return buf.getvalue()
@@ -169,7 +170,6 @@ class ExplorerFigure:
 # %% ../nbs/09_explore_taps.ipynb #a9e9a5cf
 def _explorer_controls(ex: TapExplorer) -> tuple:
     "The explorer's controls: {tap: input-scale slider}, the prompt picker and the layout toggle."
-    import ipywidgets as W
     sliders = {t: W.FloatSlider(value=1.0, min=0.0, max=2.0, step=0.1, description=f"tap {t}",
                                 continuous_update=False) for t in ex.taps}
     options = [("all prompts", -1)] + [(f"prompt {i} ({n} tokens)", i) for i, n in enumerate(ex.cache.lengths)]
@@ -179,7 +179,6 @@ def _explorer_controls(ex: TapExplorer) -> tuple:
 # %% ../nbs/09_explore_taps.ipynb #285a3ab2
 def explorer_widget(ex: TapExplorer):
     "An ipywidgets explorer over `ex`; `.state` holds the last `ExplorerState`, `.figure` the `ExplorerFigure` shown."
-    import ipywidgets as W
     sliders, prompt, layout = _explorer_controls(ex)
     image, label = W.Image(format="png"), W.HTML()
     row = W.HBox(list(sliders.values()), layout=W.Layout(flex_flow="row wrap"))

@@ -13,18 +13,17 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 from transformers import GenerationConfig
-from .config import TAP_CONVENTION, hidden_state_index
+from .config import TAP_CONVENTION, hidden_state_index, default_target_layer_ids
+from .target import load_target
 from .storage import atomic_write
 from .cli import refusals
-from .cache import (CACHE_DTYPES, LEGACY_LAST, CacheLayout, HiddenStateCache, LegacySource, as_sample,
-                             cache_header, check_compatible, check_tap_ids, import_legacy_pt_cache, iter_chunks,
-                             select_taps, write_cache)
+from .cache import (CACHE_DTYPES, CacheLayout, HiddenStateCache, as_sample, cache_header, check_tap_ids,
+                             iter_chunks, select_taps, write_cache)
 
 # %% auto #0
 __all__ = ['prompt_token_ids', 'eos_token_ids', 'generate_responses', 'tap_sites', 'capture_layers', 'extract_taps',
            'extract_samples', 'extract_to_cache', 'OnlineHiddenStates', 'tap_parity', 'compare_extractions',
-           'check_legacy_last', 'read_prompt_file', 'responses_key', 'read_responses', 'cached_responses',
-           'extract_parser', 'extract_main', 'import_parser', 'import_main']
+           'read_prompt_file', 'responses_key', 'read_responses', 'cached_responses', 'extract_parser', 'extract_main']
 
 # %% ../nbs/03a_extract.ipynb #52e32ffb
 def prompt_token_ids(target, prompt, chat: bool = True) -> list[int]:
@@ -225,50 +224,6 @@ def compare_extractions(target_a, target_b, samples, tap_ids, convention: str = 
         for x, y in zip(ra, rb): _record_errors(stats, x, y, tap_ids, target_a.hidden_size)
     return _parity_table(stats)
 
-# %% ../nbs/03a_extract.ipynb #c7b4c32e
-def _as_in_files(cache, r: dict, norm) -> torch.Tensor:
-    "Record `r`'s last_hidden as it was in the legacy files, undone from how the import stored it."
-    leg = cache.manifest["legacy"]
-    if leg["last_hidden"] == "tap":
-        return select_taps(r["taps"], cache.tap_ids, [leg["last_layer_id"]], cache.hidden_size)
-    return norm(r["final"].float()).float() if leg["last_hidden"] == "normed" else r["final"].float()
-
-# %% ../nbs/03a_extract.ipynb #8ebaf16b
-def _warn_misread(cache, rows: list[dict]):
-    leg = cache.manifest["legacy"]
-    readings = [r for r in rows if str(r["tap"]).startswith("last_hidden as ")]
-    err = {r["tap"].removeprefix("last_hidden as "): r["rel_l2"] for r in readings}
-    mine = f"tap {leg['last_layer_id']}" if leg["last_hidden"] == "tap" else leg["last_hidden"]
-    best = min(err, key=err.get)
-    if best != mine and err[best] < err[mine] / 2:
-        fix = "last_hidden='tap' with its last_layer_id" if best.startswith("tap") else f"last_hidden={best!r}"
-        warnings.warn(f"{cache.path}: the files' last_hidden reads as {best} (relative error {err[best]:.2g}), not as "
-                      f"imported ({mine}: {err[mine]:.2g}): re-import with {fix}.", UserWarning, stacklevel=3)
-
-# %% ../nbs/03a_extract.ipynb #5ec2fa90
-@torch.no_grad()
-def check_legacy_last(cache: HiddenStateCache, target, n: int = 2) -> list[dict]:
-    "Re-extract `n` samples of a legacy import with `target`: errors of each stored tap, `final`, last_hidden reading."
-    leg = cache.manifest.get("legacy")
-    if not isinstance(leg, dict) or leg.get("last_hidden") not in LEGACY_LAST:
-        raise ValueError(f"Cache {cache.path} is not a legacy import (its manifest has no valid `legacy` record): "
-                         "compare it with tap_parity.")
-    check_compatible(cache, target.config_hash)
-    norm, stats, H = target.model.get_decoder().norm, {}, cache.hidden_size
-    for i in range(min(n, len(cache))):
-        r = cache[i]
-        live = extract_samples(target, [r], cache.tap_ids, cache.convention, True, torch.float32)[0]
-        stored = r | ({"final": norm(r["final"].float()).float()} if cache.has_final else {})
-        _record_errors(stats, live | {"final": norm(live["final"]).float()}, stored, cache.tap_ids, H)
-        readings = {"final": live["final"], "normed": norm(live["final"]).float()}
-        if leg["last_hidden"] == "tap":
-            k = leg["last_layer_id"]
-            readings = {f"tap {k}": select_taps(live["taps"], cache.tap_ids, [k], H)} | readings
-        for name, x in readings.items(): _accumulate(stats, f"last_hidden as {name}", x, _as_in_files(cache, r, norm))
-    rows = _parity_table(stats)
-    _warn_misread(cache, rows)
-    return rows
-
 # %% ../nbs/03a_extract.ipynb #601f2567
 def read_prompt_file(path) -> list[dict]:
     "The `{'id', 'prompt'}` rows of a JSON-lines prompt file; a missing, empty or malformed file is a clear error."
@@ -423,8 +378,6 @@ def extract_parser() -> argparse.ArgumentParser:
 
 # %% ../nbs/03a_extract.ipynb #56ad26a9
 def _extract(a) -> Path:
-    from dflash_nb.config import default_target_layer_ids
-    from dflash_nb.target import load_target
     for flag, n, what in (("--batch-size", a.batch_size, "sequences per forward"),
                           ("--max-new-tokens", a.max_new_tokens, "tokens per response")):
         if n < 1: raise ValueError(f"{flag} {n}: give 1 or more {what}.")
@@ -447,57 +400,3 @@ def extract_main(argv=None) -> None:
     "Entry point of `dflash-extract`: None (exit 0) on success; a bad input exits 2 with a one-line message."
     a = extract_parser().parse_args(argv)
     with refusals("dflash-extract"): _extract(a)
-
-# %% ../nbs/03a_extract.ipynb #ef18fd2a
-def import_parser() -> argparse.ArgumentParser:
-    what = ("Convert a folder of legacy per-sample .pt files (aux_hidden [1,T,n*H], last_hidden [1,T,H], "
-            "input_ids [1,T], optional loss_mask [1,T]) into a hidden-state cache that dflash-train and dflash-eval "
-            "read. Rerun to resume.")
-    ap = argparse.ArgumentParser(prog="dflash-import", description=what)
-    ap.add_argument("--src", required=True,
-                    help="folder of .pt files, one per sample (natural order: data_2.pt before data_10.pt)")
-    ap.add_argument("--out", required=True, help="cache directory to write")
-    ap.add_argument("--aux-layers", type=int, nargs="+", required=True, metavar="K",
-                    help="target layer id of each H-wide block of aux_hidden, in the files' column order")
-    ap.add_argument("--last-hidden", required=True, choices=list(LEGACY_LAST),
-                    help="what last_hidden holds: " + "; ".join(f"{k}: {v}" for k, v in LEGACY_LAST.items()))
-    ap.add_argument("--last-layer", type=int, metavar="K",
-                    help="with --last-hidden tap: the decoder layer whose output it is")
-    ap.add_argument("--prompt-len", type=int, metavar="P", help="files without loss_mask: supervise positions P.. only "
-                    "(default: every position); a file's own loss_mask always wins")
-    who = ap.add_mutually_exclusive_group()
-    who.add_argument("--target", help="target model directory: records its fingerprint, name and depth (so training "
-                     "and evaluation check the cache against it); needed for --last-hidden normed and --check")
-    who.add_argument("--target-hash", help="the target's config hash, recorded when its weights are not at hand")
-    ap.add_argument("--check", type=int, default=0, metavar="N", help="after importing, re-extract N samples with "
-                    "--target and print each tap's and each last_hidden reading's relative error "
-                    "(default: 0, no check)")
-    ap.add_argument("--convention", default=TAP_CONVENTION,
-                    help=f"tap id convention (default: {TAP_CONVENTION} = HF hidden_states[k+1])")
-    ap.add_argument("--dtype", choices=sorted(CACHE_DTYPES), default="bfloat16",
-                    help="storage dtype (default: bfloat16)")
-    ap.add_argument("--samples-per-shard", type=int, default=64, help="samples per safetensors shard (default: 64)")
-    return ap
-
-# %% ../nbs/03a_extract.ipynb #5afacac2
-def _import(a):
-    from dflash_nb.target import load_target, load_target_heads
-    if a.check < 0: raise ValueError(f"--check {a.check}: give a number of samples to re-extract, >= 1 (0: none).")
-    if a.check and not a.target: raise ValueError("--check needs --target: the live model to re-extract with.")
-    load = (lambda t: load_target(t, device="cpu")) if a.check else (lambda t: load_target_heads(t, dtype="float32"))
-    target = load(a.target) if a.target else a.target_hash           # heads: the fingerprint, depth and final norm
-    src = LegacySource(a.src, a.aux_layers, a.last_hidden, a.last_layer, a.prompt_len, a.convention)
-    out = import_legacy_pt_cache(src, a.out, target, dtype=CACHE_DTYPES[a.dtype], samples_per_shard=a.samples_per_shard)
-    c = HiddenStateCache(out)
-    final = " + final" if c.has_final else ""
-    print(f"cache: {out} ({len(c)} samples, taps {c.tap_ids}{final}, target {c.target_hash or 'unknown'})")
-    for r in (check_legacy_last(c, target, a.check) if a.check else []):
-        print(f"  {r['tap']!s:<24} rel_l2 {r['rel_l2']:.3g}")
-
-# %% ../nbs/03a_extract.ipynb #0365eb79
-def import_main(argv=None) -> None:
-    "Entry point of `dflash-import`: None (exit 0) on success; a bad input exits 2 with a one-line message."
-    a = import_parser().parse_args(argv)
-    with refusals("dflash-import"), warnings.catch_warnings():
-        warnings.simplefilter("always")
-        _import(a)

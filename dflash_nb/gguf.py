@@ -10,6 +10,7 @@ import importlib.util, json, os, shutil, tempfile, zipfile
 from pathlib import Path
 import torch
 from .storage import atomic_write, file_sha256
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 # %% auto #0
 __all__ = ['SOURCE_FILE', 'installed_gguf', 'gguf_from_wheel', 'find_gguf', 'default_cache_dir', 'check_gguf_deps',
@@ -68,8 +69,8 @@ def default_cache_dir() -> Path:
 # %% ../nbs/10a_real_target.ipynb #995bd767
 def check_gguf_deps():
     "Raise an ImportError naming the install command if transformers cannot read GGUF files here."
-    from transformers.utils import is_accelerate_available, is_gguf_available
-    from transformers.utils.import_utils import GGUF_MIN_VERSION
+    from transformers.utils import is_accelerate_available, is_gguf_available   # GGUF: the [real] extra, checked here
+    from transformers.utils.import_utils import GGUF_MIN_VERSION            # GGUF: the [real] extra
     need = {f"gguf>={GGUF_MIN_VERSION}": is_gguf_available(), "accelerate": is_accelerate_available()}
     missing = [n for n, ok in need.items() if not ok]
     if missing:
@@ -107,7 +108,6 @@ SOURCE_FILE = "gguf_source.json"
 # %% ../nbs/10a_real_target.ipynb #6514a231
 def gguf_to_hf(gguf, out, dtype: torch.dtype = torch.float32) -> Path:
     "Dequantize `gguf` into the HF directory `out`: weights, tokenizer, chat template, generation config with EOS."
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     g, out = check_gguf_file(gguf), Path(out)
     check_gguf_deps()
     tok = AutoTokenizer.from_pretrained(g.parent, gguf_file=g.name)

@@ -1,4 +1,6 @@
-"""Write a run's YAML, start it under torchrun in its own process group, stream rank 0's log, watch loss and τ̂ live, stop it and resume it.
+"""Write a run's YAML, start it under torchrun in its own process group, stream rank 0's log, watch loss and τ̂ live,
+stop it and resume it; and the `dflash-train` command (`python -m dflash_nb.launch`), which trains in its own
+process or hands the run over to torchrun.
 
 Docs: https://dflash-nb.github.io/dflash_nb/launch.html.md"""
 
@@ -6,19 +8,24 @@ Docs: https://dflash-nb.github.io/dflash_nb/launch.html.md"""
 
 # %% ../nbs/05_launch.ipynb #2b9324f5
 from __future__ import annotations
-import io, json, os, re, signal, subprocess, sys, threading, time
+import argparse, io, json, os, re, signal, subprocess, sys, threading, time
 from dataclasses import asdict, fields
 from pathlib import Path
 import torch, yaml
+import torch.distributed as dist
 from fastcore.basics import patch
+from fastcore.docments import docments
 from matplotlib.figure import Figure
 from .config import TrainConfig, load_train_config
-from .train import read_metrics, train_parser
-from .distributed import Nodes, check_dist_timeout
+from .train import Trainer, read_metrics
+from .plan import plan_check
+from .distributed import (DIST_TIMEOUT, Nodes, add_machine_options, check_dist_timeout, die_with_parent,
+                                   exit_now, nodes_from_args, peer_failure, resolve_device, start_ranks)
+from .cli import refusals
 
 # %% auto #0
-__all__ = ['write_run_config', 'runs_on_cpu', 'check_nproc', 'torchrun_command', 'Launch', 'failure_cause', 'LaunchFailed',
-           'launch', 'plot_metrics', 'watch']
+__all__ = ['write_run_config', 'runs_on_cpu', 'check_nproc', 'train_parser', 'torchrun_command', 'relaunch_command', 'run_ranks',
+           'check_fits', 'train_main', 'Launch', 'failure_cause', 'LaunchFailed', 'launch', 'plot_metrics', 'watch']
 
 # %% ../nbs/05_launch.ipynb #ad47f89d
 def write_run_config(cfg: TrainConfig, path) -> Path:
@@ -43,6 +50,27 @@ def check_nproc(nproc: int, device: str = "auto", gpus: int | None = None) -> in
                          f"use nproc <= {gpus}, or expose more GPUs (CUDA_VISIBLE_DEVICES).")
     return nproc
 
+# %% ../nbs/05_launch.ipynb #8716baa3
+def train_parser() -> argparse.ArgumentParser:
+    docs, defaults = docments(TrainConfig, full=False), asdict(TrainConfig())
+    keys = "\n".join(f"  {k:<16} {docs.get(k) or ''} (default: {v!r})" for k, v in defaults.items())
+    ap = argparse.ArgumentParser(prog="dflash-train", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Train a DFlash drafter from a hidden-state cache, or online (prompts: the target runs "
+                    "in-process). "
+                    "Standalone, or under torchrun with DDP or FSDP (parallel: fsdp), "
+                    "e.g. torchrun --nproc-per-node 8 -m dflash_nb.launch --config run.yaml.",
+        epilog=f"Config keys (YAML):\n{keys}")
+    ap.add_argument("--config", required=True, help="YAML file of config keys (listed below)")
+    ap.add_argument("--out-dir", help="override out_dir")
+    ap.add_argument("--steps", type=int, help="override steps")
+    ap.add_argument("--device", help="override device (auto, cpu, cuda)")
+    ap.add_argument("--dist-timeout", type=float,
+                    help=f"s a collective waits for a missing rank, then the run fails (10..86400; {DIST_TIMEOUT:.0f})")
+    ap.add_argument("--no-plan-check", action="store_true",
+                    help="on a GPU, start even when dflash-plan plans the run not to fit (it refuses by default)")
+    add_machine_options(ap)
+    return ap
+
 # %% ../nbs/05_launch.ipynb #38018ac0
 def _log_args(out_dir, nproc: int, nodes: Nodes) -> list[str]:
     "torchrun's options that send ranks >= 1 of this machine to files under out_dir/logs (node-R/ on several)."
@@ -65,8 +93,63 @@ def torchrun_command(config_path, nproc: int = 1, extra=(), nodes: Nodes | None 
     check_nproc(nproc, cfg.device)
     nodes = nodes or Nodes()
     return [sys.executable, "-m", "torch.distributed.run", *nodes.torchrun_args(), "--nproc-per-node", str(nproc),
-            *_log_args(cfg.out_dir, nproc, nodes), "-m", "dflash_nb.train", "--config", str(config_path),
+            *_log_args(cfg.out_dir, nproc, nodes), "-m", "dflash_nb.launch", "--config", str(config_path),
             *map(str, extra), *nodes.flags()]
+
+# %% ../nbs/05_launch.ipynb #46e610d1
+_PASSED_ON = ("out_dir", "steps", "device", "dist_timeout")   # dflash-train options the ranks get as they are
+_FLAGS_PASSED_ON = ("no_plan_check",)
+
+def relaunch_command(a: argparse.Namespace) -> list[str] | None:
+    "The torchrun command `dflash-train` hands over to for several processes or machines; None to train in this one."
+    nodes, nproc = nodes_from_args(a), 1 if a.nproc_per_node is None else a.nproc_per_node
+    if a.dist_timeout is not None: check_dist_timeout(a.dist_timeout)
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        if a.nproc_per_node is not None:
+            raise ValueError("--nproc-per-node starts torchrun, and this process runs under torchrun already: "
+                             "give --nproc-per-node to torchrun.")
+        return None
+    if nodes.nnodes == 1 and nproc == 1: return None
+    extra = [x for k in _PASSED_ON if (v := getattr(a, k)) is not None for x in ("--" + k.replace("_", "-"), str(v))]
+    extra += ["--" + k.replace("_", "-") for k in _FLAGS_PASSED_ON if getattr(a, k)]
+    return torchrun_command(a.config, nproc, extra, nodes)
+
+# %% ../nbs/05_launch.ipynb #8a5d64ca
+def run_ranks(cfg: TrainConfig, node: int, timeout: float = DIST_TIMEOUT) -> Path | None:
+    "Train `cfg` as this process's rank (alone or under torchrun); a rank that loses a peer says which one went away."
+    ranks = start_ranks(resolve_device(cfg.device, int(os.environ.get("LOCAL_RANK", "0"))), node, timeout)
+    trainer = None
+    try:
+        if ranks.nodes > 1:
+            ranks.check_same(cfg)
+            ranks.check_shared(cfg.out_dir)
+        trainer = Trainer.from_config(cfg)
+        return trainer.fit()
+    except Exception as e:
+        if ranks.world == 1 or not peer_failure(e): raise
+        raise ranks.lost(e, f"after step {trainer.step}" if trainer else "while starting") from e
+
+# %% ../nbs/05_launch.ipynb #712aabe2
+def check_fits(cfg: TrainConfig) -> None:
+    "On a GPU, a `PlanError` when `cfg`'s plan for this machine does not fit (first rank of each machine); else nothing."
+    if int(os.environ.get("LOCAL_RANK", "0")) != 0: return
+    if resolve_device(cfg.device).type != "cuda": return
+    plan_check(cfg)
+
+# %% ../nbs/05_launch.ipynb #da72e5c5
+def train_main(argv=None) -> None:
+    "Entry point of `dflash-train`: None (exit 0) after training; a refused input exits 2 in one line; a failure raises."
+    a = train_parser().parse_args(argv)
+    with refusals("dflash-train"):
+        if cmd := relaunch_command(a): os.execv(cmd[0], cmd)     # several processes or machines: torchrun takes over
+        cfg = load_train_config(a.config, out_dir=a.out_dir, steps=a.steps, device=a.device)
+        if not a.no_plan_check: check_fits(cfg)
+        if "TORCHELASTIC_RUN_ID" in os.environ: die_with_parent()
+        node = int(os.environ.get("GROUP_RANK", "0")) if a.node_rank is None else a.node_rank
+        try: ck = run_ranks(cfg, node, DIST_TIMEOUT if a.dist_timeout is None else a.dist_timeout)
+        finally:
+            if dist.is_initialized(): dist.destroy_process_group()
+    if int(os.environ.get("RANK", "0")) == 0: print(f"last checkpoint: {ck}")
 
 # %% ../nbs/05_launch.ipynb #d0796cf2
 class Launch:
@@ -179,7 +262,7 @@ def plot_metrics(records: list[dict]) -> Figure:
 
 # %% ../nbs/05_launch.ipynb #401ca285
 def _png(fig: Figure):
-    from IPython.display import Image
+    from IPython.display import Image               # IPython: in a notebook only
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80)
     return Image(buf.getvalue())
@@ -187,7 +270,7 @@ def _png(fig: Figure):
 # %% ../nbs/05_launch.ipynb #ee26d994
 def watch(run: Launch, every: float = 2.0, n: int = 15) -> int:
     "Show `run`'s last `n` log lines and its loss/τ̂ plot, refreshed every `every` s until it ends; its exit code."
-    from IPython.display import Pretty, display
+    from IPython.display import Pretty, display     # IPython: in a notebook only
     log, plot = display(Pretty(""), display_id=True), display(Pretty("no metrics yet"), display_id=True)
     while True:
         done = not run.running
@@ -195,3 +278,8 @@ def watch(run: Launch, every: float = 2.0, n: int = 15) -> int:
         if recs := run.metrics(): plot.update(_png(plot_metrics(recs)))
         if done: return run.wait()
         time.sleep(every)
+
+# %% ../nbs/05_launch.ipynb #87b58462
+if __name__ == "__main__":
+    train_main()
+    exit_now(0)    # a finished rank skips the interpreter's teardown, where FSDP's leftover gloo threads can abort it

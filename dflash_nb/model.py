@@ -6,145 +6,20 @@ Docs: https://dflash-nb.github.io/dflash_nb/model.html.md"""
 
 # %% ../nbs/01_model.ipynb #4b7a81c3
 from __future__ import annotations
-import copy, json
+import copy
 from dataclasses import dataclass, replace as dc_replace
 from pathlib import Path
-import torch, torch.nn as nn, torch.nn.functional as F
+import torch, torch.nn as nn
 from fastcore.basics import patch
-from safetensors import safe_open, SafetensorError
-from safetensors.torch import save_file
-from transformers import Qwen3Config
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
-from .config import DFlashConfig, read_hub_config, fc_tap_ids
+from .config import DFlashConfig
+from .hub import save_hub_config, read_hub_config, write_drafter_tensors, read_drafter_tensors, hub_drafter_config
+from .ops import RMSNorm, rope_inv_freq, rope_cos_sin, apply_rope, SwiGLU, dflash_mask_mod, make_attend
 from .dflash2 import DynamicConv, CandidateSelector, unary_scores
-from .storage import atomic_write, plain_name, read_json, tensor_digest
 
 # %% auto #0
-__all__ = ['ATTN_IMPLS', 'SHARED_PREFIXES', 'DIGESTS', 'rms_norm', 'RMSNorm', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope',
-           'SwiGLU', 'dflash_mask_mod', 'dense_mask', 'sdpa_attend', 'make_attend', 'DFlashAttention', 'FusedContext',
-           'DFlashDecoderLayer', 'DFlashDraftModel', 'ContextCache', 'per_anchor_logits', 'drafter_state_dict',
-           'read_drafter_tensors', 'infer_fusion', 'hub_drafter_config', 'describe_drafter', 'param_counts',
-           'upgrade_to_dflash2']
-
-# %% ../nbs/01_model.ipynb #a1d0c001
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    "Qwen3 RMSNorm of `x` [..., D]: normalise in float32, scale by `weight` (broadcast to `x`) in `x`'s dtype."
-    h = x.float()
-    return weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
-
-# %% ../nbs/01_model.ipynb #deb5023f
-class RMSNorm(nn.Module):
-    "`rms_norm` with a learned `weight`."
-    def __init__(self, dim: int, eps: float = 1e-6):
-        super().__init__()
-        self.weight, self.eps = nn.Parameter(torch.ones(dim)), eps
-    def forward(self, x): return rms_norm(x, self.weight, self.eps)
-
-# %% ../nbs/01_model.ipynb #184fabfa
-def rope_inv_freq(c: DFlashConfig) -> tuple[torch.Tensor, float]:
-    "Inverse frequencies [head_dim/2] and the cos/sin scale of `c`'s RoPE, from transformers' RoPE functions."
-    params = {"rope_type": "default", **(c.rope_parameters or {}), "rope_theta": c.rope_theta}
-    hf = Qwen3Config(hidden_size=c.hidden_size, num_attention_heads=c.num_attention_heads, head_dim=c.head_dim,
-                     max_position_embeddings=c.max_position_embeddings, rope_parameters=params)
-    kind = params["rope_type"]
-    init = Qwen3RotaryEmbedding.compute_default_rope_parameters if kind == "default" else ROPE_INIT_FUNCTIONS[kind]
-    inv, scale = init(hf, device=torch.device("cpu"))
-    return inv.float(), float(scale)
-
-# %% ../nbs/01_model.ipynb #2993a923
-def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, scale: float = 1.0):
-    "cos and sign-folded sin tables [..., T, head_dim] for integer `positions` [..., T] (see `apply_rope`)."
-    f = positions[..., None].float() * inv_freq.to(positions.device)
-    emb = torch.cat([f, f], -1)
-    cos, sin = emb.cos() * scale, emb.sin() * scale
-    return cos, torch.cat([-sin[..., :f.shape[-1]], sin[..., f.shape[-1]:]], -1)
-
-# %% ../nbs/01_model.ipynb #9ea54594
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    "Rotate `x` [..., head_dim] by `rope_cos_sin` tables broadcast to it (rotate-half convention)."
-    return x * cos.to(x.dtype) + x.roll(x.shape[-1] // 2, -1) * sin.to(x.dtype)
-
-# %% ../nbs/01_model.ipynb #b722129c
-class SwiGLU(nn.Module):
-    "The Qwen3 MLP: `down(silu(gate(x)) * up(x))`."
-    def __init__(self, hidden: int, inter: int):
-        super().__init__()
-        self.gate_proj, self.up_proj = nn.Linear(hidden, inter, bias=False), nn.Linear(hidden, inter, bias=False)
-        self.down_proj = nn.Linear(inter, hidden, bias=False)
-    def forward(self, x): return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-# %% ../nbs/01_model.ipynb #db79df1b
-def dflash_mask_mod(anchors: torch.Tensor, ctx_len: int, block_size: int, window: int | None = None,
-                    causal: bool | None = None):
-    "A flex-attention mask_mod(b, h, q, kv) for blocks anchored at `anchors` [N, A] after `ctx_len` context keys."
-    causal = window is not None if causal is None else causal      # the reference rule: sliding layers are causal
-    def mod(b, h, q, kv):
-        block, slot = q // block_size, q % block_size          # the query's block, and its slot in that block
-        anchor = anchors[b, block]
-        in_ctx = kv < ctx_len
-        block_key = (kv - ctx_len).clamp(min=0)                # a key's index among the block keys
-        key_slot = block_key % block_size
-        ctx_ok, block_ok = in_ctx & (kv < anchor), ~in_ctx & ((block_key // block_size) == block)
-        if causal: block_ok = block_ok & (key_slot <= slot)
-        if window is None: return ctx_ok | block_ok
-        return (ctx_ok & (anchor + slot - kv < window)) | (block_ok & ((slot - key_slot).abs() < window))
-    return mod
-
-# %% ../nbs/01_model.ipynb #7095f0b5
-def dense_mask(mod, n: int, q_len: int, kv_len: int, device=None) -> torch.Tensor:
-    "Evaluate `mod` on the full grid: a bool mask [n, 1, q_len, kv_len] for SDPA."
-    b, q, kv = (torch.arange(s, device=device) for s in (n, q_len, kv_len))
-    return mod(b[:, None, None], 0, q[None, :, None], kv[None, None, :])[:, None]
-
-# %% ../nbs/01_model.ipynb #b7a4af68
-ATTN_IMPLS = ("auto", "sdpa", "blockwise", "flex")
-
-def _flex_fn(device):
-    from torch.nn.attention.flex_attention import flex_attention
-    return torch.compile(flex_attention) if torch.device(device).type == "cuda" else flex_attention
-
-# %% ../nbs/01_model.ipynb #714a6ad6
-def _flex_inputs(q, k, v):
-    if q.device.type == "cpu" and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
-        raise ValueError("flex_attention has no backward on CPU: train on CPU with impl='blockwise' or 'sdpa' "
-                         "(flex is for CUDA).")
-    return q, k, v
-
-# %% ../nbs/01_model.ipynb #e4e09e25
-def _blockwise_attend(mod, n: int, q_len: int, ctx_len: int, block_size: int, device):
-    qi, kj, nb = torch.arange(q_len, device=device), torch.arange(block_size, device=device), q_len // block_size
-    own = ctx_len + (qi // block_size * block_size)[:, None] + kj                   # [Q, B] key index of own block
-    mask = torch.cat([dense_mask(mod, n, q_len, ctx_len, device),
-                      mod(torch.arange(n, device=device)[:, None, None], 0, qi[None, :, None], own[None])[:, None]], -1)
-    def attend(q, k, v):
-        N, h, Q, D = q.shape
-        k, v = k.repeat_interleave(h // k.shape[1], 1), v.repeat_interleave(h // v.shape[1], 1)
-        kb, vb = (t[:, :, ctx_len:].reshape(N, h, nb, block_size, D) for t in (k, v))
-        s_blk = (q.reshape(N, h, nb, block_size, D) @ kb.transpose(-1, -2)).reshape(N, h, Q, block_size)
-        s = torch.cat([q @ k[:, :, :ctx_len].transpose(-1, -2), s_blk], -1).float() * D ** -0.5
-        p = s.masked_fill(~mask, float("-inf")).softmax(-1).to(q.dtype)
-        out_blk = (p[..., ctx_len:].reshape(N, h, nb, block_size, block_size) @ vb).reshape(N, h, Q, D)
-        return p[..., :ctx_len] @ v[:, :, :ctx_len] + out_blk
-    return attend
-
-# %% ../nbs/01_model.ipynb #e694841b
-def sdpa_attend(mask: torch.Tensor):
-    "An attention function `(q, k, v) -> out`: PyTorch's SDPA with the bool `mask` (from `dense_mask`), GQA."
-    return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-
-def make_attend(mod, shape: tuple, block_size: int, impl: str = "auto", device=None):
-    "An attention function `(q, k, v) -> out` applying mask_mod `mod` to `shape` = (batch, q_len, kv_len) scores."
-    n, q_len, kv_len = shape   # keys: kv_len - q_len context, then the q_len block keys
-    device = torch.device(device or "cpu")
-    if impl == "auto": impl = "flex" if device.type == "cuda" else "blockwise"
-    if impl == "blockwise": return _blockwise_attend(mod, n, q_len, kv_len - q_len, block_size, device)
-    if impl == "sdpa": return sdpa_attend(dense_mask(mod, n, q_len, kv_len, device))
-    if impl == "flex":
-        from torch.nn.attention.flex_attention import create_block_mask
-        bm, flex = create_block_mask(mod, n, None, q_len, kv_len, device=device), _flex_fn(device)
-        return lambda q, k, v: flex(*_flex_inputs(q, k, v), block_mask=bm, enable_gqa=True)
-    raise ValueError(f"Unknown attention impl {impl!r}; use one of {ATTN_IMPLS}.")
+__all__ = ['SHARED_PREFIXES', 'DFlashAttention', 'FusedContext', 'DFlashDecoderLayer', 'DFlashDraftModel', 'ContextCache',
+           'per_anchor_logits', 'drafter_state_dict', 'describe_drafter', 'param_counts', 'upgrade_to_dflash2',
+           'retrofit_fused']
 
 # %% ../nbs/01_model.ipynb #c160f723
 class DFlashAttention(nn.Module):
@@ -438,127 +313,14 @@ def drafter_state_dict(model: DFlashDraftModel) -> dict:
     "The drafter's own tensors (no borrowed embeddings or lm_head), named as in the hub layout."
     return {k: v for k, v in model.state_dict().items() if not k.startswith(SHARED_PREFIXES)}
 
-# %% ../nbs/01_model.ipynb #c8e5e875
-def _atomic_save(tensors: dict, path: Path, metadata: dict | None = None):
-    tensors, metadata = {k: v.contiguous() for k, v in tensors.items()}, {"format": "pt", **(metadata or {})}
-    atomic_write(path, lambda p: save_file(tensors, str(p), metadata=metadata))
-
-# %% ../nbs/01_model.ipynb #b8949243
-def _shards(sd: dict, max_shard_bytes: int | None) -> list[dict]:
-    if not max_shard_bytes: return [sd]
-    out, size = [{}], 0
-    for k, v in sd.items():
-        nbytes = v.numel() * v.element_size()
-        if out[-1] and size + nbytes > max_shard_bytes:
-            out.append({})
-            size = 0
-        out[-1][k], size = v, size + nbytes
-    return out
-
 # %% ../nbs/01_model.ipynb #783a94ee
-DIGESTS = "weights.sha256.json"  # {"files": {weight file: sha256 of its tensors}}, written with the weights
-
 @patch
 def save_pretrained(self: DFlashDraftModel, path: str | Path, max_shard_bytes: int | None = None,
                     tensors: dict | None = None) -> Path:
     "Write the drafter in the hub layout (sharded with an index above `max_shard_bytes`); `tensors` replace its own."
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    shards = _shards(tensors if tensors is not None else drafter_state_dict(self), max_shard_bytes)
-    names = (["model.safetensors"] if len(shards) == 1 else
-             [f"model-{i+1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
-    for name, shard in zip(names, shards): _atomic_save(shard, path / name)
-    digests = {"files": {name: tensor_digest(shard) for name, shard in zip(names, shards)}}
-    atomic_write(path / DIGESTS, lambda p: p.write_text(json.dumps(digests, indent=1)))
-    if len(shards) > 1:
-        index = {"metadata": {"total_size": sum(v.numel() * v.element_size() for s in shards for v in s.values())},
-                 "weight_map": {k: name for name, s in zip(names, shards) for k in s}}
-        atomic_write(path / "model.safetensors.index.json", lambda p: p.write_text(json.dumps(index, indent=2)))
-    self.config.save(path)
-    return path
-
-# %% ../nbs/01_model.ipynb #57839e44
-def _weight_files(path: Path) -> list[Path]:
-    "The safetensors files of hub checkpoint directory `path`: its single file, or those its index names."
-    if (path / "model.safetensors").exists(): return [path / "model.safetensors"]
-    if not (f := path / "model.safetensors.index.json").exists():
-        raise FileNotFoundError(f"No model.safetensors or model.safetensors.index.json in {path}; "
-                                "DFlash checkpoints must be safetensors (pickled .bin/.pt files are never loaded).")
-    names = sorted(set(json.loads(f.read_text())["weight_map"].values()))
-    return [path / plain_name(n, f, "Re-save or re-download the checkpoint.") for n in names]
-
-# %% ../nbs/01_model.ipynb #bf13642c
-def _recorded_file_digests(path: Path) -> dict | None:
-    "{weight file: sha256 of its tensors} that `save_pretrained` recorded in `path`, None for a checkpoint without it."
-    if not (f := path / DIGESTS).exists(): return None
-    raw = read_json(f, "digest file")
-    files = raw.get("files") if isinstance(raw, dict) else None
-    if not isinstance(files, dict): raise ValueError(f"{f} holds no 'files' table: it is damaged; re-save the checkpoint.")
-    return {plain_name(n, f, "Re-save the checkpoint."): v for n, v in files.items()}
-
-def _read_weight_file(f: Path, want: str | None) -> dict:
-    "The tensors of safetensors file `f`, checked against `want`, the digest recorded when it was written (if any)."
-    try:
-        with safe_open(str(f), framework="pt") as sf: got = {k: sf.get_tensor(k) for k in sf.keys()}
-    except (SafetensorError, OSError) as e:
-        raise ValueError(f"Checkpoint file {f} is missing or damaged ({e}): re-save or re-download the checkpoint "
-                         "(a training run resumes from its previous checkpoint once this one is deleted).") from e
-    if want is not None and tensor_digest(got) != want:
-        raise ValueError(f"Checkpoint file {f} was damaged since it was written (its tensors' sha256 differs from the "
-                         f"one in {DIGESTS}): re-save or re-download the checkpoint; a training checkpoint: delete it "
-                         "and resume from the previous one.")
-    return got
-
-def read_drafter_tensors(path: str | Path) -> dict:
-    "All tensors of a hub checkpoint directory (single file or sharded with an index), safetensors only, checked."
-    path, out = Path(path), {}
-    files, recorded = _weight_files(path), _recorded_file_digests(path)
-    if recorded is not None and (missing := [f.name for f in files if f.name not in recorded]):
-        raise ValueError(f"{path / DIGESTS} records no digest for {missing}: the checkpoint's files were changed after "
-                         "it was written; re-save or re-download it.")
-    for f in files: out.update(_read_weight_file(f, None if recorded is None else recorded[f.name]))
-    return _check_weights(path, out)
-
-# %% ../nbs/01_model.ipynb #38f7b32a
-def _recorded_digest(path: Path) -> str | None:
-    "The weight digest a training checkpoint's `training_state.json` records (rank 0's), if any."
-    f = path / "training_state.json"
-    if not f.exists(): return None
-    try: want = json.loads(f.read_text()).get("rank_weight_digests")
-    except (json.JSONDecodeError, AttributeError):
-        raise ValueError(f"{f} is not a JSON object: the checkpoint is damaged; use the previous one.") from None
-    return want[0] if isinstance(want, list) and want else None
-
-# %% ../nbs/01_model.ipynb #11bd3e6f
-def _check_weights(path: Path, tensors: dict) -> dict:
-    "`tensors`, unless their digest differs from the recorded one or a floating-point tensor is not finite."
-    if (want := _recorded_digest(path)) is not None and tensor_digest(tensors) != want:
-        raise ValueError(f"{path} does not hold the weights written at {path.name}: their sha256 differs from the one in "
-                         "training_state.json, so its files were damaged. Delete it and use (or resume from) the "
-                         "previous checkpoint.")
-    if bad := [k for k, v in tensors.items() if v.is_floating_point() and not torch.isfinite(v).all()]:
-        raise ValueError(f"{path}: tensor {bad[0]!r} holds NaN or inf values{f' (and {bad[1:4]})' if bad[1:] else ''}: "
-                         "these weights are broken (a diverged run?); load an earlier checkpoint.")
-    return tensors
-
-# %% ../nbs/01_model.ipynb #1fa6e4f8
-def infer_fusion(fc_width: int, hidden_size: int, target_layer_ids: list[int], recorded: str | None = None) -> str:
-    "`fused` or `split`, from `fc.weight`'s input width; raises if it matches neither or contradicts `recorded`."
-    n, H = len(target_layer_ids), hidden_size
-    widths = {"fused": n * H, "split": (n - 1) * H}
-    found = [f for f, w in widths.items() if w == fc_width and (f == "fused" or n > 1)]
-    implied = "; ".join(f"{f}: {w} = {len(fc_tap_ids(target_layer_ids, f))} x {H} "
-                        f"(fc taps {fc_tap_ids(target_layer_ids, f)})" for f, w in widths.items())
-    if not found:
-        raise ValueError(f"fc.weight has input width {fc_width} (= {fc_width / H:g} x hidden {H}), but config.json's "
-                         f"target_layer_ids {list(target_layer_ids)} imply {implied}. "
-                         "The checkpoint and its config disagree: "
-                         "fix target_layer_ids in config.json to the taps this fc was trained on.")
-    if recorded and recorded != found[0]:
-        raise ValueError(f"config.json records fusion={recorded!r} ({widths[recorded]} wide), "
-                         f"but fc.weight is {fc_width} wide, which is {found[0]!r}. "
-                         "Fix dflash_config.fusion in config.json.")
-    return found[0]
+    write_drafter_tensors(path, tensors if tensors is not None else drafter_state_dict(self), max_shard_bytes)
+    save_hub_config(self.config, path)
+    return Path(path)
 
 # %% ../nbs/01_model.ipynb #0ed2fcc0
 def _check_keys(model: DFlashDraftModel, tensors: dict, path):
@@ -568,15 +330,6 @@ def _check_keys(model: DFlashDraftModel, tensors: dict, path):
         raise ValueError(f"{path} does not match its config.json: missing {missing[:8]}, unexpected {extra[:8]}.")
     bad = [f"{k}: {tuple(tensors[k].shape)} vs {want[k]}" for k in want if tuple(tensors[k].shape) != want[k]]
     if bad: raise ValueError(f"{path}: tensor shapes differ from config.json: {bad[:8]}.")
-
-# %% ../nbs/01_model.ipynb #9e74e30a
-def hub_drafter_config(raw: dict, fc_shape, target_model: nn.Module | None = None) -> DFlashConfig:
-    "The config of a checkpoint with `config.json` dict `raw` and `fc.weight` of shape `fc_shape` [H, n·H]."
-    H, width = fc_shape
-    L = target_model.config.get_text_config().num_hidden_layers if target_model is not None else None
-    c = DFlashConfig.from_hub_dict(raw, n_fc_taps=width // H, num_target_layers=L)
-    fusion = infer_fusion(width, c.hidden_size, c.target_layer_ids, (raw.get("dflash_config") or {}).get("fusion"))
-    return dc_replace(c, fusion=fusion)
 
 # %% ../nbs/01_model.ipynb #2edea8a2
 @patch(cls_method=True)
@@ -681,5 +434,19 @@ def upgrade_to_dflash2(model: DFlashDraftModel, conv_kernel_size: int = 2, conv_
     new.load_state_dict(drafter_state_dict(model), strict=False)
     return new
 
-# %% ../nbs/01_model.ipynb #1c9d85d0
-from . import drafting  # noqa: E402,F401 (defines DFlashDraftModel.draft_step, .block_drafts, ...)
+# %% ../nbs/01_model.ipynb #a1ce6e89
+def retrofit_fused(model: DFlashDraftModel) -> DFlashDraftModel:
+    "A fused drafter equal to split drafter `model` at step 0: fc gains zero columns for the deepest tap."
+    c = model.config
+    if c.fusion != "split":
+        raise ValueError(f"retrofit_fused needs a split drafter; this one is {c.fusion!r}.")
+    sd = {k: v.clone() for k, v in drafter_state_dict(model).items()}     # own tensors, dtype and device as they are
+    sd["fc.weight"] = torch.cat([sd["fc.weight"], torch.zeros_like(sd["fc.weight"][:, :c.hidden_size])], 1)
+    with torch.device("meta"):
+        new = DFlashDraftModel(dc_replace(c, fusion="fused"))
+    new.load_state_dict(sd, strict=False, assign=True)
+    if model.embed_tokens is None:
+        new.embed_tokens = new.lm_head = None                              # no target yet: stays unable to draft
+    else:
+        new.attach_shared(model.embed_tokens, model.lm_head)              # the target's modules, borrowed as they are
+    return new

@@ -1,5 +1,6 @@
 """What one training step computes from a batch: loss targets, the position-decayed CE or KL over a block's slots
-(a few anchors at a time), acceptance counts, noise on the fc input, and the per-slot gradient diagnostic.
+(a few anchors at a time) and its typed result `StepLoss`, acceptance counts, noise on the fc input, and the
+per-slot gradient diagnostic.
 
 Docs: https://dflash-nb.github.io/dflash_nb/objective.html.md"""
 
@@ -14,12 +15,14 @@ from .config import DFlashConfig, TrainConfig
 from .model import DFlashDraftModel
 from .dflash2 import unary_scores
 from .batches import Batch, make_batch, step_generator
+from .distributed import all_sum
 
 # %% auto #0
-__all__ = ['SLOT_LOSSES', 'slot_positions', 'target_logits', 'TargetHead', 'position_weights', 'prefix_correct', 'dpace_weights',
-           'weighted_slots', 'dflash_loss', 'acceptance_counts', 'acceptance_metrics', 'noise_level', 'noisy_fc_input',
-           'noisy_targets', 'rows_targets', 'loss_targets', 'selector_terms', 'RowsLoss', 'ChunkedRowsLoss',
-           'step_loss', 'slot_gradients', 'NoiseOnTargets', 'SlotGrads', 'SelectorMetrics', 'run_callbacks']
+__all__ = ['SLOT_LOSSES', 'slot_positions', 'target_logits', 'TargetReadout', 'position_weights', 'prefix_correct',
+           'dpace_weights', 'weighted_slots', 'dflash_loss', 'acceptance_counts', 'acceptance_metrics', 'noise_level',
+           'noisy_fc_input', 'noisy_targets', 'rows_targets', 'loss_targets', 'selector_terms', 'RowsLoss',
+           'ChunkedRowsLoss', 'StepLoss', 'step_loss', 'slot_gradients', 'NoiseOnTargets', 'SlotGrads',
+           'SelectorMetrics', 'run_callbacks']
 
 # %% ../nbs/04b_objective.ipynb #c4b95edb
 def slot_positions(b: Batch, block_size: int):
@@ -38,7 +41,7 @@ def target_logits(states: torch.Tensor, pos: torch.Tensor, norm: nn.Module, lm_h
     with torch.no_grad(): return lm_head(norm(h.to(lm_head.weight.dtype))).float().view(*pos.shape, -1)
 
 # %% ../nbs/04b_objective.ipynb #6cb97279
-class TargetHead(NamedTuple):
+class TargetReadout(NamedTuple):
     "The target's frozen final norm and lm_head: what makes logits (soft targets) from its hidden states."
     norm: nn.Module
     lm_head: nn.Module
@@ -160,9 +163,9 @@ def selector_terms(drafter: DFlashDraftModel, h: torch.Tensor, logits: torch.Ten
 # %% ../nbs/04b_objective.ipynb #6614b309
 class RowsLoss:
     "One chunk's work: the weighted slot loss of some block rows (anchors) from the drafter's final states."
-    def __init__(self, drafter: DFlashDraftModel, targets: Batch, cfg: TrainConfig, head: TargetHead,
+    def __init__(self, drafter: DFlashDraftModel, targets: Batch, cfg: TrainConfig, readout: TargetReadout,
                  selector_weight: float = 0.0):
-        self.drafter, self.targets, self.cfg, self.head = drafter, targets, cfg, head
+        self.drafter, self.targets, self.cfg, self.readout = drafter, targets, cfg, readout
         self.pos, self.sup = slot_positions(targets, drafter.config.block_size)
         self.selector_weight = selector_weight if drafter.candidate_selector is not None else 0.0
         self.selector_counts = torch.zeros(4, drafter.config.block_size - 1, dtype=torch.float64,
@@ -170,7 +173,7 @@ class RowsLoss:
 
     def __call__(self, h: torch.Tensor, rows: slice) -> tuple:
         "(Σ loss × weight, Σ weight, correct, labels) of block rows `rows`, whose final states are `h`."
-        labels, soft, sup = rows_targets(self.targets, self.pos, self.sup, rows, *self.head)
+        labels, soft, sup = rows_targets(self.targets, self.pos, self.sup, rows, *self.readout)
         with _autocast(self.targets, self.cfg): logits = self.drafter.logits(h)
         per, w, correct = weighted_slots(logits, labels, sup, self.cfg, soft)
         loss = (per * w).sum()
@@ -209,31 +212,41 @@ class ChunkedRowsLoss(torch.autograd.Function):
         grad, total = ctx.saved_tensors
         return grad * (g / total), None, None
 
+# %% ../nbs/04b_objective.ipynb #1e79b35c
+class StepLoss(NamedTuple):
+    "What `step_loss` computes from a batch: the loss, and the bookkeeping a step keeps of it."
+    loss: torch.Tensor                        # weighted mean over the supervised slots, with its graph
+    correct: torch.Tensor                     # [N, A, B-1] the drafter's argmax is the label (and supervised)
+    supervised: torch.Tensor                  # [N, A, B-1] the slots the loss counts
+    labels: torch.Tensor                      # [N, A, B-1] hard labels: tokens, or the target's argmax
+    selector_counts: torch.Tensor | None      # [4, B-1] DFlash 2's selector counts (chunked loss); else None
+    selector_weight: float                    # the selector-loss weight the loss used
+
 # %% ../nbs/04b_objective.ipynb #b769ebcd
-def step_loss(model, b: Batch, dc: DFlashConfig, cfg: TrainConfig, head: TargetHead, fc_in: torch.Tensor | None = None,
-              targets: Batch | None = None, selector_weight: float | None = None) -> dict:
+def step_loss(model, b: Batch, dc: DFlashConfig, cfg: TrainConfig, readout: TargetReadout,
+              fc_in: torch.Tensor | None = None, targets: Batch | None = None,
+              selector_weight: float | None = None) -> StepLoss:
     "Loss and bookkeeping of batch `b`, `cfg.loss_chunk` anchors at a time; the drafter reads `fc_in` (else `b`'s)."
     fc_in, tb = b.fc_taps if fc_in is None else fc_in, b if targets is None else targets
     weight = cfg.selector_weight if selector_weight is None else selector_weight
     with _autocast(b, cfg):   # anchors: sampled valid; the final states when chunked, else the whole logits
         out = model(b.input_ids, fc_in, b.anchors, cfg.attn_impl, check=False, hidden=cfg.loss_chunk > 0)
     if cfg.loss_chunk:
-        rows = RowsLoss(_drafter(model), tb, cfg, head, weight)
+        rows = RowsLoss(_drafter(model), tb, cfg, readout, weight)
         loss, correct, labels = ChunkedRowsLoss.apply(out, rows, cfg.loss_chunk)
         sup, selector = rows.sup, rows.selector_counts
     else:
-        labels, soft, sup = loss_targets(tb, dc, *head)
+        labels, soft, sup = loss_targets(tb, dc, *readout)
         (loss, correct), selector = dflash_loss(out, labels, sup, cfg, soft), None
-    return {"loss": loss, "correct": correct, "supervised": sup, "labels": labels, "selector": selector,
-            "selector_weight": weight}
+    return StepLoss(loss, correct, sup, labels, selector, weight)
 
 # %% ../nbs/04b_objective.ipynb #3d43dd9a
 SLOT_LOSSES = ("ce", "kl", "kl+streak")
 
-def slot_gradients(model, b: Batch, dc: DFlashConfig, cfg: TrainConfig, head: TargetHead,
+def slot_gradients(model, b: Batch, dc: DFlashConfig, cfg: TrainConfig, readout: TargetReadout,
                    losses=SLOT_LOSSES) -> dict:
     "{loss: {grad_norm, grad_share, weight}} over slots 1..B-1 of one batch (`cfg`: gamma, streak); whole logits."
-    labels, soft, sup = loss_targets(b, dc, *head)
+    labels, soft, sup = loss_targets(b, dc, *readout)
     if soft is None and any(x != "ce" for x in losses):
         raise ValueError(f"losses={losses} include KL, which needs target states: use target_source 'final' or "
                          "'deepest_tap', or losses=('ce',).")
@@ -275,18 +288,17 @@ class SlotGrads:
         g = step_generator(cfg.seed, step, 0, trainer.rank)
         b = make_batch(trainer.data, trainer.plan[step * cfg.grad_accum], trainer.dc, cfg, g).to(trainer.device)
         losses = SLOT_LOSSES if b.target_states is not None else ("ce",)
-        return rec | {"slot_grads": slot_gradients(trainer.model, b, trainer.dc, cfg, trainer.head, losses)}
+        return rec | {"slot_grads": slot_gradients(trainer.model, b, trainer.dc, cfg, trainer.readout, losses)}
 
 # %% ../nbs/04b_objective.ipynb #95538df7
 class SelectorMetrics:
     "Callback: DFlash 2's top-K recall, selector accuracy and lift per slot, and the selector weight, in each record."
     def __init__(self): self.counts, self.weight = None, None
-    def after_loss(self, trainer, out: dict) -> dict:
-        c, self.weight = out["selector"], out["selector_weight"]          # the weight this step's loss used
+    def after_loss(self, trainer, out: StepLoss) -> StepLoss:
+        c, self.weight = out.selector_counts, out.selector_weight          # the weight this step's loss used
         self.counts = c if self.counts is None else self.counts + c
         return out
     def after_record(self, trainer, rec: dict) -> dict:
-        from dflash_nb.distributed import all_sum
         if self.counts is None: return rec
         n, listed, right, argmax = all_sum(self.counts).tolist()
         self.counts = None

@@ -1,5 +1,6 @@
 """Variants of a training recipe, each trained over several seeds on the same data order and budget, evaluated on
-held-out prompts, and compared to a baseline with paired confidence intervals.
+held-out prompts, and compared to a baseline with paired confidence intervals: running the runs (resumable,
+shared by processes, or imported from elsewhere), `dflash-study`, and the shipped studies' answers.
 
 Docs: https://dflash-nb.github.io/dflash_nb/recipe_study.html.md"""
 
@@ -7,186 +8,30 @@ Docs: https://dflash-nb.github.io/dflash_nb/recipe_study.html.md"""
 
 # %% ../nbs/12_recipe_study.ipynb #24ba1acc
 from __future__ import annotations
-import argparse, collections, json, math, platform, shutil, statistics, sys, time
-import numpy as np
+import argparse, json, platform, shutil, sys, time
 import torch
-from scipy.stats import t as t_dist
-from dataclasses import dataclass, field, asdict, fields, replace
+from dataclasses import dataclass, asdict, replace
 from pathlib import Path
 from filelock import FileLock, Timeout
-from fastcore.basics import patch
-from matplotlib import colormaps
-from matplotlib.ticker import NullLocator
-from matplotlib.figure import Figure
 from .storage import atomic_write, read_json
-from .cache import HiddenStateCache, resolve_cache_dir
-from .model import DFlashDraftModel
-from .config import TrainConfig, DRAFTER_KEYS, Range
-from .train import Trainer, read_metrics, RESUME_FREE
-from .cli import check_keys, read_settings
-from .evaluate import offline_tau, markdown_table
-from .diagnostics import retrofit_fused
+from .cache import HiddenStateCache
+from .config import TrainConfig
+from .model import DFlashDraftModel, retrofit_fused
+from .target import load_target_heads
+from .checkpoint import latest_checkpoint
+from .train import Trainer
+from .assembly import RESUME_FREE
+from .launch import launch, LaunchFailed
+from .plan import recipe_plan
+from .evaluate import offline_tau
 from .cli import refusals
+from .study_config import StudyConfig, run_dir, retrofit_init, run_config, load_study_config
+from .study_report import write_study_report
 
 # %% auto #0
-__all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'RETROFIT', 'STUDY_RANGES', 'BUSY', 'BOOT_ELEMENTS', 'SELECTOR_COLUMNS',
-           'COST_KEYS', 'StudyConfig', 'run_dir', 'retrofit_init', 'run_config', 'load_study_config', 'StudyInputs',
-           'load_inputs', 'held_out_indices', 'evaluate_run', 'budget_curve', 'train_run', 'retrofit_stage',
-           'retrofit_first_stage', 'config_changes', 'read_result', 'float_path', 'run_one', 'claimed_run', 'run_study',
-           't95', 'Interval', 'mean_ci', 'paired_diff', 'verdict', 'hierarchical_interval', 'by_variant',
-           'summary_rows', 'question_rows', 'trend', 'curve_rows', 'plateau_rows', 'gap_rows', 'dose_questions',
-           'plot_dose_response', 'plot_study_tau', 'plot_study_acceptance', 'plot_tau_curves', 'plot_question',
-           'plot_question_curve', 'plot_question_curves', 'plot_questions', 'plot_study_training', 'slot_loss',
-           'plot_slot_dilution', 'cost_text', 'write_study_report', 'finished_results', 'import_results',
-           'study_parser', 'study_main', 'study_plan']
-
-# %% ../nbs/12_recipe_study.ipynb #7d270c01
-LAUNCHERS = ("inline", "torchrun")
-STUDY_OWNED = ("seed", "steps", "epochs", "out_dir", "cache", "prompts")   # set per run by the study
-DATA_ORDER = ("batch_size", "grad_accum", "max_len", "bucket_batches")        # shared: in `base` only
-RETROFIT = ("retrofit_from", "retrofit_at")    # variant keys of a two-stage retrofit run (see below)
-STUDY_RANGES = {"steps": Range(1, note="optimizer steps of every run"), "seeds": Range(0, note="each; distinct"),
-                "budgets": Range(1, note="each: DDTree node budgets"),
-                "eval_limit": Range(0, note="held-out samples evaluated; 0: all"),
-                "nproc": Range(1, note="processes per run under torchrun"),
-                "slot_grads_every": Range(0, note="per-slot gradients every N steps; 0: off")}
-
-@dataclass
-class StudyConfig:
-    "A controlled experiment: variants of a base `TrainConfig`, each trained per seed on the same batches and budget."
-    cache: str = ""                 # training data: a hidden-state cache directory
-    eval_cache: str = ""            # held-out cache τ is measured on (not the training cache)
-    eval_indices: list = field(default_factory=list)  # samples of eval_cache to evaluate ([]: all)
-    eval_limit: int = 0             # evaluate only the first N of those (0: all)
-    out_dir: str = "runs/study"     # out_dir/<variant>/seed-<s>/ per run, out_dir/report/ for the report
-    base: dict = field(default_factory=dict)      # TrainConfig fields every run shares (target, drafter, lr, ...)
-    variants: dict = field(default_factory=dict)  # name -> {TrainConfig field: value}; `baseline` or the first
-    seeds: list = field(default_factory=lambda: [0, 1, 2])  # every variant runs every seed
-    steps: int = 100                # optimizer steps of every run
-    budgets: list = field(default_factory=lambda: [8])      # DDTree budgets; B-1 (a chain round's cost) is added
-    launcher: str = "inline"        # inline (in this process) or torchrun (through dflash_nb.launch)
-    nproc: int = 1                  # processes per run under torchrun
-    questions: dict = field(default_factory=dict)  # name -> [reference, variant] ({}: each variant vs baseline)
-    slot_grads_every: int = 0       # per-slot gradients every N steps (0: off) in the first seed's run of ...
-    slot_grads_variants: list = field(default_factory=list)  # ... these variants (the gradient-dilution plot)
-    doses: dict = field(default_factory=dict)  # series -> [[dose, reference, variant], ...]: Δτ against a dose
-    dose_label: str = "dose"        # what the doses are, for the dose-response plot's axis
-
-# %% ../nbs/12_recipe_study.ipynb #f2da9939
-@patch(as_prop=True)
-def baseline(self: StudyConfig) -> str:
-    "The variant the others are compared to: the one named `baseline`, else the first."
-    return "baseline" if "baseline" in self.variants else next(iter(self.variants))
-
-# %% ../nbs/12_recipe_study.ipynb #c4f06b54
-@patch(as_prop=True)
-def comparisons(self: StudyConfig) -> dict:
-    "The questions the report answers, {name: (reference, variant)}: `questions`, else every variant vs the baseline."
-    if self.questions: return {q: tuple(p) for q, p in self.questions.items()}
-    return {n: (self.baseline, n) for n in self.variants if n != self.baseline}
-
-# %% ../nbs/12_recipe_study.ipynb #2aca1f37
-def run_dir(sc: StudyConfig, name: str, seed: int) -> Path:
-    "The run directory of variant `name` with `seed`: its checkpoints, metrics.jsonl and result.json."
-    return Path(sc.out_dir) / name / f"seed-{seed}"
-
-# %% ../nbs/12_recipe_study.ipynb #23fb2f62
-def retrofit_init(sc: StudyConfig, name: str, seed: int) -> Path:
-    "Where retrofit variant `name` keeps its first stage's drafter widened to fused: the second stage's `init_from`."
-    return run_dir(sc, name, seed) / "retrofit-init"
-
-# %% ../nbs/12_recipe_study.ipynb #bcc431aa
-def run_config(sc: StudyConfig, name: str, seed: int) -> TrainConfig:
-    "The validated `TrainConfig` of variant `name` with `seed`: base, then the variant (drafter dicts merged)."
-    v = {k: x for k, x in sc.variants[name].items() if k not in RETROFIT}
-    drafter = dict(sc.base.get("drafter") or {}) | dict(v.get("drafter") or {})
-    d = dict(sc.base) | v | dict(drafter=drafter, cache=sc.cache, steps=sc.steps, seed=seed,
-                                 out_dir=str(run_dir(sc, name, seed)))
-    if name in sc.slot_grads_variants and seed == sc.seeds[0]: d["slot_grads_every"] = sc.slot_grads_every
-    if "retrofit_from" in sc.variants[name]:
-        d |= dict(init_from=str(retrofit_init(sc, name, seed)), steps=sc.steps - sc.variants[name]["retrofit_at"])
-    return TrainConfig(**d).validate()
-
-# %% ../nbs/12_recipe_study.ipynb #d1b44040
-def _check_fields(d, where: str, refused, extra=()) -> None:
-    "Unknown TrainConfig / drafter keys of `d` (besides `extra`), or keys the study owns, as a ValueError."
-    if not isinstance(d, dict): raise ValueError(f"{where} must be a mapping of TrainConfig fields, not {d!r}.")
-    if bad := [k for k in d if k in refused]:
-        raise ValueError(f"{where} sets {bad}: the study sets seed/steps/out_dir/cache for every run, and data order "
-                         f"({', '.join(DATA_ORDER)}) only in `base`, so every run sees the same batches.")
-    check_keys({k: x for k, x in d.items() if k not in extra}, {f.name for f in fields(TrainConfig)}, where)
-    check_keys(d.get("drafter") or {}, DRAFTER_KEYS, f"{where} (drafter)")
-
-# %% ../nbs/12_recipe_study.ipynb #d3240ffb
-def _check_retrofit(sc: StudyConfig, name: str) -> None:
-    "A ValueError unless retrofit variant `name` starts from a split variant and splits the budget in two stages."
-    v, where = sc.variants[name], f"variant {name!r}"
-    src, at = v.get("retrofit_from"), v.get("retrofit_at")
-    if src not in sc.variants or any(k in sc.variants[src] for k in RETROFIT):
-        raise ValueError(f"{where}: retrofit_from={src!r} must name another, non-retrofit variant of the study.")
-    if run_config(sc, src, sc.seeds[0]).drafter.get("fusion") != "split":
-        raise ValueError(f"{where}: retrofit_from={src!r} is not a split drafter; give it drafter: {{fusion: split}}.")
-    if not isinstance(at, int) or not 0 < at < sc.steps:
-        raise ValueError(f"{where}: retrofit_at={at!r} must be a step count in 1..{sc.steps - 1}, the first "
-                         f"stage's share of the {sc.steps} steps.")
-    if "drafter" in v or "init_norm" in v:
-        raise ValueError(f"{where}: a retrofit starts from its first stage's drafter; drop `drafter`/`init_norm`.")
-
-# %% ../nbs/12_recipe_study.ipynb #6a0e6fc7
-def _check_questions(sc: StudyConfig) -> None:
-    "A ValueError unless every question is a pair of the study's variants."
-    for q, pair in sc.questions.items():
-        if not (isinstance(pair, list) and len(pair) == 2 and all(p in sc.variants for p in pair)):
-            raise ValueError(f"question {q!r}: {pair!r} must be [reference, variant], two of {list(sc.variants)}.")
-
-# %% ../nbs/12_recipe_study.ipynb #025331b6
-def _check_doses(sc: StudyConfig) -> None:
-    "A ValueError unless every dose series is a list of [dose >= 0, reference, variant] with distinct doses."
-    if not isinstance(sc.doses, dict): raise ValueError(f"doses={sc.doses!r} must map series names to lists.")
-    for name, pts in sc.doses.items():
-        ok = lambda p: (isinstance(p, list) and len(p) == 3 and isinstance(p[0], (int, float))
-                        and not isinstance(p[0], bool) and p[0] >= 0 and all(v in sc.variants for v in p[1:]))
-        if not (isinstance(pts, list) and pts and all(ok(p) for p in pts)):
-            raise ValueError(f"doses {name!r}: {pts!r} must be a list of [dose >= 0, reference, variant], the two "
-                             f"of {list(sc.variants)}.")
-        if len({p[0] for p in pts}) != len(pts): raise ValueError(f"doses {name!r}: a dose is given twice.")
-
-# %% ../nbs/12_recipe_study.ipynb #d3ec1430
-@patch
-def validate(self: StudyConfig) -> StudyConfig:
-    "Raise on an inconsistent study, naming the field and the fix; every run's `TrainConfig` is checked here."
-    if self.launcher not in LAUNCHERS: raise ValueError(f"launcher={self.launcher!r} is not one of {LAUNCHERS}.")
-    if not isinstance(self.variants, dict) or not self.variants:
-        raise ValueError("variants is empty: name at least one, e.g. `variants: {baseline: {}, kl: {loss: kl}}`.")
-    for k in ("seeds", "budgets"):
-        if not isinstance(getattr(self, k), list): raise ValueError(f"{k}={getattr(self, k)!r} must be a list.")
-    if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-        raise ValueError(f"seeds={self.seeds!r} must be a non-empty list of distinct integers >= 0.")
-    for k, r in STUDY_RANGES.items():
-        for v in getattr(self, k) if k in ("seeds", "budgets") else [getattr(self, k)]:
-            if not isinstance(v, int) or isinstance(v, bool): raise ValueError(f"{k}: {v!r} must be an integer.")
-            r.check(k, v)
-    if self.launcher == "torchrun" and not self.cache:
-        raise ValueError("launcher='torchrun' trains in other processes: set cache (a hidden-state cache directory).")
-    same = lambda a, b: resolve_cache_dir(a).resolve() == resolve_cache_dir(b).resolve()   # OUT and OUT/cache
-    if self.cache and self.eval_cache and same(self.cache, self.eval_cache):
-        raise ValueError("eval_cache is the training cache: τ would be measured on trained samples; "
-                         "extract a held-out cache from other prompts.")
-    _check_fields(self.base, "base", STUDY_OWNED)
-    for name, v in self.variants.items():
-        _check_fields(v, f"variant {name!r}", STUDY_OWNED + DATA_ORDER, RETROFIT)
-        if any(k in v for k in RETROFIT): _check_retrofit(self, name)
-        run_config(self, name, self.seeds[0])
-    _check_questions(self)
-    _check_doses(self)
-    if unknown := [n for n in self.slot_grads_variants if n not in self.variants]:
-        raise ValueError(f"slot_grads_variants names {unknown}, not variants of this study.")
-    return self
-
-# %% ../nbs/12_recipe_study.ipynb #f62b194a
-def load_study_config(path, **overrides) -> StudyConfig:
-    "A validated `StudyConfig` from YAML file `path`, with `overrides` (None: not overridden) applied."
-    return StudyConfig(**read_settings(path, {f.name for f in fields(StudyConfig)}, "study", **overrides)).validate()
+__all__ = ['BUSY', 'COST_KEYS', 'StudyInputs', 'load_inputs', 'held_out_indices', 'evaluate_run', 'budget_curve', 'train_run',
+           'retrofit_stage', 'retrofit_first_stage', 'config_changes', 'read_result', 'float_path', 'run_one',
+           'claimed_run', 'run_study', 'finished_results', 'import_results', 'study_parser', 'study_main', 'study_plan']
 
 # %% ../nbs/12_recipe_study.ipynb #a404c30e
 @dataclass
@@ -205,7 +50,6 @@ def _need(value, what: str):
 # %% ../nbs/12_recipe_study.ipynb #c275418f
 def load_inputs(sc: StudyConfig, given: StudyInputs | None = None) -> StudyInputs:
     "`given`, with what it leaves None loaded from `sc`: the target from `base.target`, the caches from their paths."
-    from dflash_nb.target import load_target_heads
     g = given or StudyInputs()
     target = g.target or load_target_heads(_need(sc.base.get("target"), "target (set base.target)"))
     train = g.train or (HiddenStateCache(sc.cache) if sc.launcher == "inline" else None)
@@ -248,9 +92,7 @@ def budget_curve(run: Path, sc: StudyConfig, inputs: StudyInputs, name: str, off
 def train_run(cfg: TrainConfig, sc: StudyConfig, inputs: StudyInputs, stop_after: int | None = None) -> Path | None:
     "Train (or resume) one run: its last checkpoint, or None when `stop_after` stopped it before the budget."
     if sc.launcher == "torchrun":
-        from dflash_nb.launch import launch
         launch(cfg, sc.nproc).wait()
-        from dflash_nb.checkpoint import latest_checkpoint
         return latest_checkpoint(cfg.out_dir)
     t = Trainer.from_config(cfg, inputs.target, inputs.train)
     ck = t.fit(stop_after)
@@ -363,492 +205,6 @@ def run_study(sc: StudyConfig, inputs: StudyInputs | None = None, stop_after: in
     got |= {r: claimed_run(sc, *r, inputs, stop_after) for r in runs if got[r] == BUSY}
     return [got[r] for r in runs if got[r] is not None]
 
-# %% ../nbs/12_recipe_study.ipynb #b3b1e8aa
-def t95(df: int) -> float:
-    "The two-sided 95% Student-t quantile for `df` degrees of freedom (scipy.stats)."
-    if df < 1: raise ValueError(f"df={df}: an interval needs at least 2 seeds.")
-    return float(t_dist.ppf(0.975, df))
-
-# %% ../nbs/12_recipe_study.ipynb #7e4acb8d
-@dataclass
-class Interval:
-    "A mean over `n` seeds and its 95% t-interval [lo, hi] (nan with one seed)."
-    mean: float
-    lo: float
-    hi: float
-    n: int
-    def __str__(self) -> str:
-        if self.n < 2: return f"{self.mean:.3f} (1 seed)"
-        return f"{self.mean:.3f} [{self.lo:.3f}, {self.hi:.3f}]"
-
-# %% ../nbs/12_recipe_study.ipynb #3649973b
-def mean_ci(xs) -> Interval:
-    "The mean of `xs` and its 95% Student-t interval: mean ± t95(n-1) · s / √n."
-    xs = list(xs)
-    if not xs: raise ValueError("No values: a variant with no finished run has no mean.")
-    m = statistics.fmean(xs)
-    if len(xs) < 2: return Interval(m, math.nan, math.nan, 1)
-    h = t95(len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
-    return Interval(m, m - h, m + h, len(xs))
-
-# %% ../nbs/12_recipe_study.ipynb #b6915c4b
-def paired_diff(xs: dict, base: dict) -> Interval:
-    "Mean and 95% interval of `xs[s] - base[s]` over seeds `s` ({seed: value}; both must hold the same seeds)."
-    if set(xs) != set(base):
-        raise ValueError(f"Seeds differ ({sorted(xs)} vs {sorted(base)}): a paired difference needs the same seeds; "
-                         "rerun the study to finish every run.")
-    return mean_ci([xs[s] - base[s] for s in sorted(xs)])
-
-# %% ../nbs/12_recipe_study.ipynb #ffe411cd
-def verdict(d: Interval, higher_is_better: bool = True) -> str:
-    "'no measurable difference' when the interval of the difference holds 0, else 'better' or 'worse'."
-    if d.n < 2: return "one seed: no interval"
-    if d.lo <= 0 <= d.hi: return "no measurable difference"
-    return "better" if (d.lo > 0) == higher_is_better else "worse"
-
-# %% ../nbs/12_recipe_study.ipynb #5e8bd774
-def _counts(per_seed: dict) -> np.ndarray:
-    "[2, seeds, prompts]: tokens (τ × rounds) and rounds of each prompt, from {seed: (τ, rounds) per prompt}."
-    rows = [per_seed[s] for s in sorted(per_seed)]
-    tau, rounds = (np.array([r[i] for r in rows], dtype=np.float64) for i in (0, 1))
-    return np.stack([tau * rounds, rounds])
-
-BOOT_ELEMENTS = 4_000_000    # seeds × prompts × draws gathered at once by `hierarchical_interval` (4 arrays of 32 MB)
-
-def hierarchical_interval(var: dict, ref: dict, n_boot: int = 10000, seed: int = 0) -> Interval:
-    "Paired Δ pooled τ, `var` − `ref` ({seed: (τ, rounds) per prompt}): seeds' mean, 95% bootstrap (seeds × prompts)."
-    shapes = {np.shape(x) for d in (var, ref) for r in d.values() for x in r}
-    if sorted(var) != sorted(ref) or len(var) < 2 or len(shapes) != 1 or not min(shapes)[0]:
-        raise ValueError("A seeds x prompts interval needs at least 2 seeds, each with the same held-out prompts.")
-    v, r = _counts(var), _counts(ref)                                            # [2, seeds, prompts]
-    S, P = v.shape[1:]
-    g = np.random.default_rng(seed)
-    seeds = g.integers(0, S, (n_boot, S))[..., None]
-    prompts = g.integers(0, P, (n_boot, 1, P))                   # one draw of prompts for all seeds: they share them
-    pooled = lambda c, s, p: c[0][s, p].sum(-1) / c[1][s, p].sum(-1)
-    diff = lambda s, p: (pooled(v, s, p) - pooled(r, s, p)).mean(-1)
-    chunk = max(1, BOOT_ELEMENTS // (S * P))                     # draws at a time: memory stays flat as prompts grow
-    diffs = np.concatenate([diff(seeds[i:i + chunk], prompts[i:i + chunk]) for i in range(0, n_boot, chunk)])
-    lo, hi = np.percentile(diffs, [2.5, 97.5])
-    every = np.arange(S)[:, None], np.arange(P)[None]
-    return Interval(float((pooled(v, *every) - pooled(r, *every)).mean()), float(lo), float(hi), S)
-
-# %% ../nbs/12_recipe_study.ipynb #8ecec53c
-def by_variant(results: list[dict]) -> dict:
-    "{variant: {seed: result}}, variants in order of first appearance."
-    out = {}
-    for r in results: out.setdefault(r["variant"], {})[r["seed"]] = r
-    return out
-
-# %% ../nbs/12_recipe_study.ipynb #7c6ed5a7
-SELECTOR_COLUMNS = {"tau_selector_off": "tau chain, selector off", "tau_lattice_equal_cost": "tau lattice-(B-1)"}
-
-def summary_rows(results: list[dict], baseline: str) -> list[dict]:
-    "Report rows: variant, seeds, chain τ and DDTree-(B-1) τ [95% CI], paired chain-τ difference vs `baseline` + verdict."
-    runs = by_variant(results)
-    if baseline not in runs: raise ValueError(f"No finished run of the baseline {baseline!r}: run the study first.")
-    tau = {n: {s: r["tau"] for s, r in per.items()} for n, per in runs.items()}
-    rows = []
-    for n, per in runs.items():
-        d = paired_diff(tau[n], tau[baseline]) if n != baseline else None
-        rows.append({"variant": n, "seeds": len(per), "tau chain": str(mean_ci(tau[n].values())),
-                     "tau DDTree-(B-1)": str(mean_ci(r["tau_equal_cost"] for r in per.values())),
-                     "Δτ chain vs baseline": f"{d} {verdict(d)}" if d else "(baseline)"})
-    for key, col in SELECTOR_COLUMNS.items():      # DFlash 2 studies: "-" where a variant has no selector
-        if any(key in r for r in results):
-            for row, per in zip(rows, runs.values()):
-                row[col] = str(mean_ci(r[key] for r in per.values())) if all(key in r for r in per.values()) else "-"
-    return rows
-
-# %% ../nbs/12_recipe_study.ipynb #5432a17e
-def _per_seed(per: dict, key: str) -> dict:
-    "{seed: result[key]} of one variant's results."
-    return {s: r[key] for s, r in per.items()}
-
-def _per_prompt(per: dict) -> dict | None:
-    "{seed: (chain τ, rounds) per prompt} of one variant's runs (or curve points); None if one did not keep them."
-    if not all("rounds_per_prompt" in r for r in per.values()): return None
-    return {s: (r["tau_per_prompt"], r["rounds_per_prompt"]) for s, r in per.items()}
-
-def question_rows(results: list[dict], comparisons: dict) -> list[dict]:
-    "One row per question {name: (reference, variant)}: paired Δτ (seeds; seeds × prompts where kept), verdicts."
-    runs, rows = by_variant(results), []
-    for q, (ref, var) in comparisons.items():
-        if missing := [n for n in (ref, var) if n not in runs]:
-            raise ValueError(f"question {q!r}: no finished run of {missing}; run the study first.")
-        row = {"question": q, "variant − reference": f"{var} − {ref}"}
-        for key, col in (("tau", "chain"), ("tau_equal_cost", "DDTree-(B-1)")):
-            d = paired_diff(_per_seed(runs[var], key), _per_seed(runs[ref], key))
-            row |= {f"Δτ {col}": str(d), f"{col}": verdict(d)}
-        if None not in (a := _per_prompt(runs[var]), b := _per_prompt(runs[ref])):
-            h = hierarchical_interval(a, b)
-            row["Δτ chain, seeds × prompts"] = str(h)
-            if verdict(h) != row["chain"]: row["chain"] = "no measurable difference"     # called only when both agree
-        rows.append(row)
-    return rows
-
-# %% ../nbs/12_recipe_study.ipynb #f8c52a44
-def trend(first: Interval, last: Interval) -> str:
-    "How a paired difference moves from its first to its last budget point: flips, grows or shrinks."
-    if first.n < 2: return "one seed: no interval"
-    ends = {verdict(first), verdict(last)}
-    if ends == {"better", "worse"}: return "flips"
-    moved = "grows" if abs(last.mean) > abs(first.mean) else "shrinks"
-    return moved if ends - {"no measurable difference"} else moved + " (within noise)"
-
-def _curve_diffs(runs: dict, ref: str, var: str) -> dict:
-    "{step: paired Δ chain τ over seeds} at the checkpoint steps both variants saved."
-    at = lambda per: [{p["step"]: p["tau"] for p in r["curve"]} for r in per.values()]
-    steps = sorted(set.intersection(*(set(c) for c in at(runs[ref]) + at(runs[var]))))
-    pick = lambda per, st: {s: next(p["tau"] for p in r["curve"] if p["step"] == st) for s, r in per.items()}
-    return {st: paired_diff(pick(runs[var], st), pick(runs[ref], st)) for st in steps}
-
-def curve_rows(results: list[dict], comparisons: dict) -> list[dict]:
-    "One row per question: Δ chain τ [95%] at the first and last budget point, and its `trend`; [] without curves."
-    if not results or not all("curve" in r for r in results): return []
-    runs, rows = by_variant(results), []
-    for q, (ref, var) in comparisons.items():
-        ds = _curve_diffs(runs, ref, var)
-        ends = {st: ds[st] for st in (min(ds), max(ds))}
-        rows.append({"question": q} | {f"Δτ chain @ step {st}": str(x) for st, x in ends.items()}
-                    | {"as training goes on": trend(ends[min(ds)], ends[max(ds)])})
-    return rows
-
-# %% ../nbs/12_recipe_study.ipynb #57652ea2
-def plateau_rows(results: list[dict], last: float = 0.25, tol: float = 0.02) -> list[dict]:
-    "Per variant: mean chain τ at (1 - `last`) of the budget and at its end, the relative gain, plateau if < `tol`."
-    if not results or not all("curve" in r for r in results): return []
-    rows = []
-    for name, per in by_variant(results).items():
-        steps = sorted(set.intersection(*({p["step"] for p in r["curve"]} for r in per.values())))
-        end = steps[-1]
-        mid = min(steps, key=lambda st: abs(st - (1 - last) * end))
-        tau = lambda st: statistics.fmean(next(p["tau"] for p in r["curve"] if p["step"] == st) for r in per.values())
-        gain = tau(end) / tau(mid) - 1
-        rows.append({"variant": name, f"tau chain, {1 - last:.0%} of the budget": f"{tau(mid):.3f} (step {mid})",
-                     "at the end": f"{tau(end):.3f} (step {end})", "gain": f"{gain:+.1%}",
-                     f"plateau (< {tol:.0%})": "yes" if gain < tol else "no"})
-    return rows
-
-# %% ../nbs/12_recipe_study.ipynb #ae4b1edd
-def _at_step(per: dict, step: int) -> dict:
-    "{seed: the curve point at `step`} of one variant's runs."
-    return {s: next(p for p in r["curve"] if p["step"] == step) for s, r in per.items()}
-
-def _gap_row(runs: dict, q: str, ref: str, var: str) -> tuple[float, dict]:
-    "(|Δ chain τ| at the end, the row) of question `q`."
-    per = (*runs[ref].values(), *runs[var].values())
-    steps = sorted(set.intersection(*({p["step"] for p in r["curve"]} for r in per)))
-    h = {}
-    for st in (steps[0], steps[-1]):
-        a, b = _at_step(runs[var], st), _at_step(runs[ref], st)
-        if None in (pa := _per_prompt(a), pb := _per_prompt(b)):
-            raise ValueError(f"question {q!r}: runs without τ and rounds per prompt at step {st} (an older version's): "
-                             "run dflash-study on the study again, which evaluates them again.")
-        h[st] = hierarchical_interval(pa, pb)
-    end, seeds = h[steps[-1]], paired_diff(_per_seed(a, "tau"), _per_seed(b, "tau"))
-    return abs(end.mean), {"factor": q, "Δτ chain at the end": str(end), "at the first budget point": str(h[steps[0]]),
-                           "verdict": verdict(end) if verdict(end) == verdict(seeds) else "no measurable difference",
-                           "95% width: seeds / seeds × prompts": f"{seeds.hi - seeds.lo:.2f} / {end.hi - end.lo:.2f}"}
-
-def gap_rows(results: list[dict], comparisons: dict) -> list[dict]:
-    "Every question, the largest |Δ chain τ| at the end first: Δτ at the end and at the first budget point, verdict."
-    runs = by_variant(results)
-    return [row for _, row in sorted((_gap_row(runs, q, *pair) for q, pair in comparisons.items()),
-                                     key=lambda x: -x[0])]
-
-# %% ../nbs/12_recipe_study.ipynb #e0a0320e
-def dose_questions(doses: dict) -> dict:
-    "{'<series>, dose <d>': (reference, variant)} of a study's `doses`, in their order."
-    return {f"{name}, dose {d:g}": (ref, var) for name, pts in doses.items() for d, ref, var in pts}
-
-def _doses_of(doses: dict, done) -> dict:
-    "`doses` cut to the points whose two variants are in `done`; series left empty are dropped."
-    cut = {name: [p for p in pts if set(p[1:]) <= set(done)] for name, pts in doses.items()}
-    return {name: pts for name, pts in cut.items() if pts}
-
-# %% ../nbs/12_recipe_study.ipynb #87ea3021
-def plot_dose_response(results: list[dict], doses: dict, label: str = "dose") -> Figure:
-    "Δ chain τ at the end of training against each series' dose: 95% bars over seeds, a seeds × prompts band if kept."
-    runs = by_variant(results)
-    fig = Figure(figsize=(6.5, 3.8), layout="constrained")
-    ax = fig.subplots()
-    xs_all = sorted({d for pts in doses.values() for d, _, _ in pts})
-    log = xs_all[0] > 0 and len(xs_all) > 1
-    for i, (name, pts) in enumerate(doses.items()):
-        shift = 1 + 0.03 * (i - (len(doses) - 1) / 2)                     # series side by side at a shared dose
-        xs = [d * shift if log else d for d, _, _ in pts]
-        cis = [paired_diff(_per_seed(runs[var], "tau"), _per_seed(runs[ref], "tau")) for _, ref, var in pts]
-        err = [[c.mean - c.lo for c in cis], [c.hi - c.mean for c in cis]] if all(c.n > 1 for c in cis) else None
-        ax.errorbar(xs, [c.mean for c in cis], yerr=err, fmt="-o", ms=3, capsize=3, color=f"C{i}", label=name)
-        kept = [(_per_prompt(runs[var]), _per_prompt(runs[ref])) for _, ref, var in pts]
-        if err and all(None not in pair for pair in kept):
-            hs = [hierarchical_interval(*pair) for pair in kept]
-            ax.fill_between(xs, [h.lo for h in hs], [h.hi for h in hs], color=f"C{i}", alpha=0.15)
-    ax.axhline(0, color="0.3", lw=0.8)
-    if log: ax.set_xscale("log")
-    ax.set_xticks(xs_all, [f"{d:g}" for d in xs_all], minor=False)
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.set(xlabel=label, ylabel="Δ chain τ, variant − reference", title="dose-response, at the end of training")
-    ax.legend(fontsize=7)
-    return fig
-
-# %% ../nbs/12_recipe_study.ipynb #4568927e
-def _variant_colours(names: list) -> dict:
-    "{variant: colour}, distinct for up to 20 variants (tab10, tab20), then spread over a continuous map."
-    n = len(names)
-    if n <= 20: return {v: colormaps["tab10" if n <= 10 else "tab20"](i) for i, v in enumerate(names)}
-    return {v: colormaps["turbo"](i / (n - 1)) for i, v in enumerate(names)}
-
-
-# %% ../nbs/12_recipe_study.ipynb #c3ab501d
-def plot_study_tau(results: list[dict]) -> Figure:
-    "Chain τ and DDTree-(B-1) τ per variant (one row each): each seed a dot, the mean with its 95% interval."
-    runs = by_variant(results)
-    fig = Figure(figsize=(9, 0.3 * len(runs) + 1.3), layout="constrained")
-    for ax, key, title in zip(fig.subplots(1, 2, sharey=True), ("tau", "tau_equal_cost"),
-                              ("chain τ", "DDTree-(B-1) τ (equal cost)")):
-        for i, per in enumerate(runs.values()):
-            xs = [r[key] for r in per.values()]
-            ci = mean_ci(xs)
-            ax.plot(xs, [i] * len(xs), ".", color="0.6")
-            err = [[ci.mean - ci.lo], [ci.hi - ci.mean]] if ci.n > 1 else None
-            ax.errorbar([ci.mean], [i], xerr=err, fmt="o", color="C0", capsize=3)
-        ax.set(yticks=range(len(runs)), title=title, ylim=(len(runs) - 0.5, -0.5))
-        ax.set_yticklabels(list(runs), fontsize=8)
-    return fig
-
-# %% ../nbs/12_recipe_study.ipynb #5116cc6f
-def plot_study_acceptance(results: list[dict]) -> Figure:
-    "Per-position cumulative acceptance on held-out data, the mean over seeds per variant."
-    runs = by_variant(results)
-    colours, cols = _variant_colours(list(runs)), min(4, len(runs))
-    fig = Figure(figsize=(7, 3.5 + 0.2 * math.ceil(len(runs) / cols)), layout="constrained")
-    ax = fig.subplots()
-    for name, per in runs.items():
-        curves = [r["acc_cum"] for r in per.values()]
-        mean = [statistics.fmean(c) for c in zip(*curves)]
-        ax.plot(range(1, len(mean) + 1), mean, "-o", ms=3, color=colours[name], label=f"{name} ({len(curves)} seeds)")
-    ax.set(xlabel="block slot k", ylabel="P(slots 1..k accepted)", ylim=(0, 1.02), title="acceptance by position")
-    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=cols, fontsize=8)
-    return fig
-
-# %% ../nbs/12_recipe_study.ipynb #885ec152
-def plot_tau_curves(results: list[dict]) -> Figure:
-    "Held-out chain τ and DDTree-(B-1) τ against training step, the mean over seeds per variant (runs with curves)."
-    runs = by_variant(results)
-    colours, cols = _variant_colours(list(runs)), min(6, len(runs))
-    fig = Figure(figsize=(9, 3.5 + 0.2 * math.ceil(len(runs) / cols)), layout="constrained")
-    axes = fig.subplots(1, 2, sharex=True)
-    for name, per in runs.items():
-        steps = sorted(set.intersection(*({p["step"] for p in r["curve"]} for r in per.values())))
-        for ax, key in zip(axes, ("tau", "tau_equal_cost")):
-            mean = [statistics.fmean(p[key] for p in _at_step(per, st).values()) for st in steps]
-            ax.plot(steps, mean, "-o", ms=2, lw=1, color=colours[name], label=name)
-    for ax, title in zip(axes, ("chain τ", "DDTree-(B-1) τ (equal cost)")): ax.set(xlabel="training step", title=title)
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=cols, fontsize=8)
-    return fig
-
-# %% ../nbs/12_recipe_study.ipynb #118b3639
-def plot_question(results: list[dict], ref: str, var: str, title: str = "") -> Figure:
-    "One question: both variants' acceptance by position (left); per-seed paired Δτ, mean ± 95% CI (right)."
-    fig = Figure(figsize=(9, 3.2), layout="constrained")
-    a1, a2 = fig.subplots(1, 2, width_ratios=[3, 2])
-    runs = by_variant(results)
-    for name in (ref, var):
-        mean = [statistics.fmean(c) for c in zip(*(r["acc_cum"] for r in runs[name].values()))]
-        a1.plot(range(1, len(mean) + 1), mean, "-o", ms=3, label=name)
-    a1.set(xlabel="block slot k", ylabel="P(slots 1..k accepted)", ylim=(0, 1.02))
-    a1.legend(fontsize=8)
-    for i, key in enumerate(("tau", "tau_equal_cost")):
-        a, b = _per_seed(runs[var], key), _per_seed(runs[ref], key)
-        diffs, ci = [a[s] - b[s] for s in sorted(a)], paired_diff(a, b)
-        a2.plot([i] * len(diffs), diffs, ".", color="0.6")
-        err = [[ci.mean - ci.lo], [ci.hi - ci.mean]] if ci.n > 1 else None
-        a2.errorbar([i], [ci.mean], yerr=err, fmt="o", capsize=4)
-    a2.axhline(0, color="0.3", lw=0.8)
-    a2.set(xticks=[0, 1], xlim=(-0.5, 1.5), title=f"Δτ = {var} − {ref}")
-    a2.set_xticklabels(["chain", "DDTree-(B-1)"])
-    fig.suptitle(title or f"{var} vs {ref}")
-    return fig
-
-# %% ../nbs/12_recipe_study.ipynb #1f2c6474
-def _draw_curve(ax, runs: dict, ref: str, var: str) -> None:
-    "Paired Δ chain τ of `var` − `ref` at each checkpoint step: 95% bars over seeds, a seeds × prompts band if kept."
-    ds = _curve_diffs(runs, ref, var)
-    steps, cis = list(ds), list(ds.values())
-    err = [[c.mean - c.lo for c in cis], [c.hi - c.mean for c in cis]] if all(c.n > 1 for c in cis) else None
-    ax.errorbar(steps, [c.mean for c in cis], yerr=err, fmt="-o", ms=3, capsize=3, label="95%, seeds")
-    kept = [(_per_prompt(_at_step(runs[var], st)), _per_prompt(_at_step(runs[ref], st))) for st in steps]
-    if err and all(None not in pair for pair in kept):
-        hs = [hierarchical_interval(*pair) for pair in kept]
-        ax.fill_between(steps, [h.lo for h in hs], [h.hi for h in hs], alpha=0.25, label="95%, seeds × prompts")
-    ax.axhline(0, color="0.3", lw=0.8)
-
-def plot_question_curve(results: list[dict], ref: str, var: str, title: str = "") -> Figure:
-    "One question along the training budget: paired Δ chain τ with its 95% intervals at each checkpoint step."
-    fig = Figure(figsize=(5, 3.2), layout="constrained")
-    ax = fig.subplots()
-    _draw_curve(ax, by_variant(results), ref, var)
-    ax.set(xlabel="training step", ylabel=f"Δ chain τ ({var} − {ref})", title=title or f"{var} vs {ref}")
-    ax.legend(fontsize=7)
-    return fig
-
-def plot_question_curves(results: list[dict], comparisons: dict, cols: int = 4) -> Figure:
-    "Every question along the training budget, one small panel each (shared step axis): does a difference grow or flip?"
-    runs, rows = by_variant(results), math.ceil(len(comparisons) / cols)
-    fig = Figure(figsize=(3 * cols, 2.2 * rows + 0.4), layout="constrained")
-    axes = fig.subplots(rows, cols, sharex=True, squeeze=False).ravel()
-    for ax, (q, (ref, var)) in zip(axes, comparisons.items()):
-        _draw_curve(ax, runs, ref, var)
-        ax.set_title(q, fontsize=8)
-    for ax in axes[len(comparisons):]: ax.set_axis_off()
-    fig.supxlabel("training step", fontsize=9)
-    fig.supylabel("Δ chain τ, variant − reference", fontsize=9)
-    return fig
-
-# %% ../nbs/12_recipe_study.ipynb #f635b30e
-def plot_questions(results: list[dict], comparisons: dict) -> Figure:
-    "Every question at a glance: paired Δτ (chain, DDTree-(B-1)) with its 95% interval, one row per question."
-    runs, qs = by_variant(results), list(comparisons.items())
-    fig = Figure(figsize=(10, 0.4 * len(qs) + 1.2), layout="constrained")
-    for ax, key, title in zip(fig.subplots(1, 2, sharey=True), ("tau", "tau_equal_cost"),
-                              ("Δ chain τ", "Δ DDTree-(B-1) τ")):
-        for y, (q, (ref, var)) in enumerate(qs):
-            ci = paired_diff(_per_seed(runs[var], key), _per_seed(runs[ref], key))
-            colour = {"better": "C2", "worse": "C3"}.get(verdict(ci), "0.5")
-            ax.errorbar([ci.mean], [y], xerr=[[ci.mean - ci.lo], [ci.hi - ci.mean]] if ci.n > 1 else None,
-                        fmt="o", color=colour, capsize=3)
-        ax.axvline(0, color="0.3", lw=0.8)
-        ax.set(yticks=range(len(qs)), title=title + ", variant − reference", ylim=(len(qs) - 0.5, -0.5))
-        ax.set_yticklabels([q for q, _ in qs], fontsize=8)
-    return fig
-
-# %% ../nbs/12_recipe_study.ipynb #c0aa82e3
-def plot_study_training(sc: StudyConfig, results: list[dict]) -> Figure:
-    "Training loss and τ̂ against step of every run from its metrics.jsonl; a run without one (imported) is named."
-    colours = _variant_colours(list(by_variant(results)))
-    cols = min(6, len(colours))
-    fig = Figure(figsize=(9, 3.5 + 0.2 * math.ceil(len(colours) / cols)), layout="constrained")
-    axes = fig.subplots(1, 2)
-    drawn, absent = set(), []
-    for r in results:
-        path = run_dir(sc, r["variant"], r["seed"]) / "metrics.jsonl"
-        if not path.exists():
-            absent.append(f"{r['variant']} seed {r['seed']}")
-            continue
-        recs = read_metrics(path)
-        for ax, key in zip(axes, ("loss", "tau_est")):
-            ax.plot([m["step"] for m in recs], [m[key] for m in recs], color=colours[r["variant"]], alpha=0.7, lw=1,
-                    label=None if r["variant"] in drawn else r["variant"])
-        drawn.add(r["variant"])
-    for ax, title in zip(axes, ("training loss", "τ̂ on training batches, against each run's own labels")):
-        ax.set(xlabel="step", title=title)
-    if absent:
-        more = f", and {len(absent) - 4} more" if len(absent) > 4 else ""
-        fig.suptitle(f"not drawn: {len(absent)} run{'s' * (len(absent) != 1)} without a metrics.jsonl here (imported results): "
-                     + ", ".join(absent[:4]) + more, fontsize=8)
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=cols, fontsize=8)
-    return fig
-
-
-# %% ../nbs/12_recipe_study.ipynb #6e2c5eea
-def slot_loss(cfg: dict) -> str:
-    "The `slot_gradients` loss name of a run's config: ce, kl or kl+streak."
-    return "ce" if cfg["loss"] == "ce" else "kl+streak" if cfg["streak"] > 0 else "kl"
-
-# %% ../nbs/12_recipe_study.ipynb #4884212f
-def plot_slot_dilution(sc: StudyConfig, results: list[dict], slots=(1, 2, 4, 8, 15)) -> Figure:
-    "Per-slot gradient-norm share (top) and effective weight (bottom) against step, one column per recorded variant."
-    runs = {n: by_variant(results)[n][sc.seeds[0]] for n in sc.slot_grads_variants}
-    fig = Figure(figsize=(3.2 * len(runs), 5), layout="constrained")
-    axes = fig.subplots(2, len(runs), sharex=True, sharey="row", squeeze=False)
-    for j, (name, r) in enumerate(runs.items()):
-        loss = slot_loss(r["config"])
-        recs = [m for m in read_metrics(run_dir(sc, name, sc.seeds[0])) if "slot_grads" in m]
-        for i, what in enumerate(("grad_share", "weight")):
-            for k in [k for k in slots if k <= len(recs[0]["slot_grads"][loss][what])]:
-                axes[i, j].plot([m["step"] for m in recs], [m["slot_grads"][loss][what][k - 1] for m in recs],
-                                label=f"slot {k}")
-        axes[0, j].set_title(f"{name} ({loss})", fontsize=9)
-        axes[1, j].set_xlabel("step")
-    axes[0, 0].set_ylabel("share of gradient norm")
-    axes[1, 0].set_ylabel("effective weight")
-    axes[0, -1].legend(fontsize=7)
-    return fig
-
-# %% ../nbs/12_recipe_study.ipynb #39a839e9
-def _report_figures(sc: StudyConfig, results: list[dict], questions: dict) -> dict:
-    "{file stem: Figure} of a study's report: the overview plots, one per question, and the dilution plot if recorded."
-    figs = {"tau": plot_study_tau(results), "acceptance": plot_study_acceptance(results),
-            "training": plot_study_training(sc, results)}
-    if questions: figs["questions"] = plot_questions(results, questions)
-    for i, (q, (ref, var)) in enumerate(questions.items()):
-        figs[f"question-{i + 1}"] = plot_question(results, ref, var, q)
-    if all("curve" in r for r in results): figs["tau-curves"] = plot_tau_curves(results)
-    if curve_rows(results, questions):
-        figs["curves"] = plot_question_curves(results, questions)
-        for i, (q, (ref, var)) in enumerate(questions.items()):
-            figs[f"curve-{i + 1}"] = plot_question_curve(results, ref, var, q)
-    if sc.slot_grads_every and sc.slot_grads_variants and set(sc.slot_grads_variants) <= set(by_variant(results)):
-        figs["slot-dilution"] = plot_slot_dilution(sc, results)
-    if doses := _doses_of(sc.doses, by_variant(results)):
-        figs["dose-response"] = plot_dose_response(results, doses, sc.dose_label)
-    return figs
-
-def cost_text(results: list[dict]) -> str:
-    "What the runs cost (process time summed over runs, and the median run) and where they ran; '' if not recorded."
-    secs = [r["seconds"] for r in results if "seconds" in r]
-    if not secs: return ""
-    total = lambda k: sum(s[k] for s in secs) / 3600
-    med = lambda k: statistics.median(s[k] for s in secs) / 60
-    paths = collections.Counter(r.get("float_path", "not recorded") for r in results)
-    return (f"Cost: {len(secs)} run{'s' * (len(secs) != 1)} took {total('train'):.2f} h of training and {total('eval'):.2f} h of evaluation "
-            f"of one process each (a median run: {med('train'):.1f} + {med('eval'):.1f} min); processes started on the "
-            "study side by side divide the wall time. A resumed run counts only its last process's part. Float paths: "
-            + "; ".join(f"{p} ({k} run{'s' * (k != 1)})" for p, k in paths.most_common()) + ".\n\n")
-
-def _interim_text(sc: StudyConfig, unfinished: list) -> str:
-    "The line an interim report opens with: which runs it lacks, and what it leaves out for them."
-    if not unfinished: return ""
-    left = {}
-    for n, s in unfinished: left.setdefault(n, []).append(str(s))
-    runs = "; ".join(f"{n} seed {', '.join(seeds)}" for n, seeds in left.items())
-    return (f"**Interim report: {len(unfinished)} of {len(sc.variants) * len(sc.seeds)} runs are not finished** "
-            f"({runs}). Variants without every seed, and the questions "
-            "that need them, are left out until they are.\n\n")
-
-def write_study_report(sc: StudyConfig, results: list[dict], unfinished: list = ()) -> Path:
-    "out_dir/report/report.md (the variant and question tables) with a PNG per figure beside it."
-    out = Path(sc.out_dir) / "report"
-    out.mkdir(parents=True, exist_ok=True)
-    summary, waiting = summary_rows(results, sc.baseline), {n for n, _ in unfinished}    # no baseline: refused first
-    questions = {q: pair for q, pair in sc.comparisons.items() if not waiting & set(pair)}
-    figs, curve, flat = _report_figures(sc, results, questions), curve_rows(results, questions), plateau_rows(results)
-    dosed = dose_questions(_doses_of(sc.doses, by_variant(results)))
-    for name, fig in figs.items(): atomic_write(out / f"{name}.png", lambda p: fig.savefig(p, format="png", dpi=80))
-    for old in out.glob("*.png"):
-        if old.stem not in figs: old.unlink()                 # a figure an earlier report drew and this one does not
-    n = lambda k, what: f"{k} {what}{'s' * (k != 1)}"
-    text = (f"# Recipe study: {n(len(by_variant(results)), 'variant')} × {n(len(sc.seeds), 'seed')}, {sc.steps} steps "
-            "each\n\n" + _interim_text(sc, unfinished)
-            + f"Baseline: `{sc.baseline}`. τ on held-out data, mean [95% t-interval over seeds]; the difference is "
-            "paired by seed (chain τ). DDTree-(B-1) verifies as many tokens as a chain round.\n\n"
-            + markdown_table(summary) + "\n\n" + cost_text(results)
-            + ("## Questions\n\nΔτ = variant − reference, paired by seed, mean [95% t-interval]; a verdict is 'better' "
-               "or 'worse' only when the interval excludes 0 (for chain τ, where the runs kept their rounds per "
-               "prompt, only when the seeds × prompts interval excludes it on the same side too).\n\n"
-               + markdown_table(question_rows(results, questions)) + "\n\n" if questions else "")
-            + (f"## Δτ against training budget\n\n{markdown_table(curve)}\n\n" if curve else "")
-            + (f"## Dose-response\n\nΔτ = variant − reference at each dose ({sc.dose_label}), at the end of training, "
-               "as in the questions above; the dose-response plot draws each series against its dose.\n\n"
-               + markdown_table(question_rows(results, dosed)) + "\n\n" if dosed else "")
-            + (f"## Plateau\n\nHeld-out chain τ, mean over seeds, over the last quarter of training; a variant is at "
-               f"its plateau when it gained < 2% there.\n\n{markdown_table(flat)}\n\n" if flat else "")
-            + "".join(f"![{k}]({k}.png)\n" for k in figs))
-    atomic_write(out / "results.json", lambda p: p.write_text(json.dumps(results, indent=1)))
-    return atomic_write(out / "report.md", lambda p: p.write_text(text))
-
 # %% ../nbs/12_recipe_study.ipynb #09913da2
 def finished_results(sc: StudyConfig) -> tuple[list[dict], list[tuple]]:
     "Without training: the results of the variants with every seed finished, and the (variant, seed) runs not finished."
@@ -879,7 +235,6 @@ def import_results(sc: StudyConfig, path) -> tuple[int, int]:
             written += 1
     return written, len(results) - len(mine)
 
-
 # %% ../nbs/12_recipe_study.ipynb #2de89511
 def study_parser() -> argparse.ArgumentParser:
     "The `dflash-study` command line."
@@ -897,7 +252,6 @@ def study_parser() -> argparse.ArgumentParser:
 # %% ../nbs/12_recipe_study.ipynb #cbe9e0c5
 def study_main(argv=None) -> None:
     "Entry point of `dflash-study`: None (exit 0) after writing the report; a refused input or failed run exits 2."
-    from dflash_nb.launch import LaunchFailed
     a = study_parser().parse_args(argv)
     with refusals("dflash-study", LaunchFailed):
         sc = load_study_config(a.config, out_dir=a.out_dir)
@@ -915,7 +269,6 @@ COST_KEYS = ("optimizer", "loss", "target_source")    # the settings of a varian
 
 def study_plan(sc: StudyConfig, recipe) -> list[dict]:
     "Per group of `sc`'s variants with the same `COST_KEYS`: its runs, and each run's planned time trained as `recipe`."
-    from dflash_nb.plan import recipe_plan
     groups = {}
     for name, v in sc.variants.items():
         settings = {k: x for k in COST_KEYS if (x := (sc.base | v).get(k)) is not None}

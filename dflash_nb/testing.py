@@ -22,6 +22,7 @@ from .cache import HiddenStateCache, CacheLayout
 from .extract import extract_to_cache, generate_responses
 from .config import DFlashConfig, TrainConfig
 from .train import train
+import transformers
 
 # %% auto #0
 __all__ = ['FIXTURES_ENV', 'MANIFEST', 'TINY_TAPS', 'FUSIONS', 'tiny_drafter', 'tiny_hybrid', 'tiny_prompts', 'tiny_run',
@@ -83,7 +84,6 @@ def fixture_root() -> Path:
 # %% ../nbs/90_testing.ipynb #65990b6f
 def fixture_key(kind: str, args: dict) -> str:
     "Directory name of fixture `kind` built with `args` (JSON-able): kind, then a digest of args, sources, versions."
-    import transformers
     what = dict(kind=kind, args=args, sources=source_hash(), torch=torch.__version__,
                 transformers=transformers.__version__)
     return f"{kind}-" + hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,5 +1,6 @@
 """The DFlash training loop: a `Trainer` whose `fit`, `one_step` and `one_batch` read like the algorithm; exact
-resume, DDP or FSDP under torchrun, and the `dflash-train` command.
+resume, DDP or FSDP under torchrun. What a run is built from is in `04f_assembly`; the `dflash-train`
+command, in `05_launch`.
 
 Docs: https://dflash-nb.github.io/dflash_nb/train.html.md"""
 
@@ -7,34 +8,29 @@ Docs: https://dflash-nb.github.io/dflash_nb/train.html.md"""
 
 # %% ../nbs/04a_train.ipynb #0c323a37
 from __future__ import annotations
-import argparse, json, math, os, time
+import json, math, os, time
 from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
+from typing import NamedTuple
 from fastcore.basics import patch
-from fastcore.docments import docments
 from tqdm.auto import tqdm
 import torch, torch.nn as nn
 import torch.distributed as dist
-from .config import DFlashConfig, TrainConfig, DEFAULT_ROPE_THETA, load_train_config
-from .model import DFlashDraftModel, read_drafter_tensors
+from .config import TrainConfig
+from .model import DFlashDraftModel
 from .storage import check_output_dir, writer_lock
-from .cache import HiddenStateCache, check_compatible
+from .cache import check_compatible
 from .checkpoint import (CheckpointState, save_checkpoint, latest_checkpoint, read_training_state,
-                                  checkpoint_weights, resume_changes, tensor_digest, whole_weights,
-                                  whole_optimizer_state, load_optimizer_state)
-from .batches import BatchPlan, make_batch, step_generator, online_taps, online_data
-from .objective import (TargetHead, step_loss, acceptance_counts, acceptance_metrics, noise_level,
+                                  tensor_digest, whole_weights, whole_optimizer_state, load_optimizer_state)
+from .batches import BatchPlan, make_batch, step_generator
+from .objective import (TargetReadout, step_loss, acceptance_counts, acceptance_metrics, noise_level,
                                  noisy_fc_input, run_callbacks)
-from .distributed import (DIST_TIMEOUT, resolve_device, init_distributed, parallelize, all_sum,
-                                   whole_tensor, gather_objects, check_dist_timeout, add_machine_options,
-                                   nodes_from_args, die_with_parent, start_ranks, peer_failure, exit_now)
-from .cli import refusals
+from .distributed import resolve_device, init_distributed, parallelize, all_sum, whole_tensor, gather_objects
+from .assembly import make_optimizer, load_run_inputs, build_drafter
 
 # %% auto #0
-__all__ = ['RESUME_FREE', 'Trainer', 'clip_groups', 'MuonAdamW', 'make_optimizer', 'train', 'lr_at', 'mask_token_hint',
-           'drafter_config_for', 'norm_scale', 'init_final_norm', 'load_run_inputs', 'checkpoint_to_resume',
-           'build_drafter', 'read_metrics', 'train_parser', 'relaunch_command', 'run_ranks', 'check_fits', 'train_main']
+__all__ = ['Trainer', 'clip_groups', 'train', 'lr_at', 'StepSums', 'read_metrics']
 
 # %% ../nbs/04a_train.ipynb #ba3d2bf3
 class Trainer:
@@ -50,7 +46,7 @@ class Trainer:
         self.sharded = cfg.parallel == "fsdp" and self.world > 1
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.clip_groups = clip_groups(model)
-        self.head = TargetHead(target.model.get_decoder().norm, target.model.get_output_embeddings())
+        self.readout = TargetReadout(target.model.get_decoder().norm, target.model.get_output_embeddings())
         self.plan = BatchPlan(data.lengths, cfg, self.rank, self.world)
         self.total = cfg.steps or cfg.epochs * self.plan.per_epoch // cfg.grad_accum
         if self.total < 1: raise ValueError(f"{self.plan.per_epoch} micro-batches per epoch make no step of "
@@ -77,7 +73,7 @@ class Trainer:
             bar.close()
         return latest_checkpoint(self.out)
 
-    def one_step(self) -> dict:
+    def one_step(self) -> StepSums:
         "Optimizer step `self.step` over `grad_accum` micro-batches, then advance; its sums, left on the device."
         cfg, t0, noise = self.cfg, time.perf_counter(), self.noise
         counts = torch.zeros(3, self.dc.block_size - 1, dtype=torch.float64, device=self.device)
@@ -91,8 +87,7 @@ class Trainer:
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.step += 1
-        return dict(step=self.step, lr=lr, noise=noise, t0=t0, counts=counts, loss=loss, tokens=toks,
-                    grad_norms=grad_norms)
+        return StepSums(self.step, lr, noise, t0, counts, loss, toks, grad_norms)
 
     def one_batch(self, micro: int) -> tuple:
         "Forward and backward of micro-batch `micro`: (acceptance counts, loss) on the device, and its token count."
@@ -101,11 +96,11 @@ class Trainer:
         b = make_batch(self.data, ids, self.dc, self.cfg, g).to(self.device)
         fc_in = noisy_fc_input(b.fc_taps, self.noise, self.dc.hidden_size, noise_g)
         targets = self.callback("loss_targets", b, noise_g)
-        out = self.callback("after_loss", step_loss(self.wrapped, b, self.dc, self.cfg, self.head, fc_in, targets,
-                                                    self.selector_weight))
-        self._watch(out["loss"], micro)
-        (out["loss"] / self.cfg.grad_accum).backward()
-        return acceptance_counts(out["correct"], out["supervised"]), out["loss"].detach(), b.loss_mask.numel()
+        out = self.callback("after_loss", step_loss(self.wrapped, b, self.dc, self.cfg, self.readout, fc_in,
+                                                    targets, self.selector_weight))
+        self._watch(out.loss, micro)
+        (out.loss / self.cfg.grad_accum).backward()
+        return acceptance_counts(out.correct, out.supervised), out.loss.detach(), b.loss_mask.numel()
 
     def callback(self, event: str, value=None, *args):
         "`value` passed through each callback that handles `event` (given the trainer and `args`); what comes out."
@@ -121,62 +116,6 @@ def clip_groups(model: DFlashDraftModel) -> list[list]:
               [p for p in model.parameters() if p.requires_grad and p in sel]]
     return [g for g in groups if g]
 
-
-# %% ../nbs/04a_train.ipynb #88de3641
-class MuonAdamW:
-    "Muon on `model`'s trainable linear weights and AdamW on its other trainable tensors, stepped as one optimizer."
-    def __init__(self, model: nn.Module, lr: float, weight_decay: float, foreach: bool | None = None):
-        trainable = [p for p in model.parameters() if p.requires_grad]
-        linear = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
-        parts = [[p for p in trainable if id(p) in linear], [p for p in trainable if id(p) not in linear]]
-        self.parts = [torch.optim.Muon(parts[0], lr=lr, weight_decay=weight_decay, adjust_lr_fn="match_rms_adamw"),
-                      torch.optim.AdamW(parts[1], lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay, foreach=foreach)]
-        number = {id(p): i for i, p in enumerate(trainable)}
-        self.numbers = [[number[id(p)] for p in ps] for ps in parts]   # each part's tensors, numbered as the drafter's
-
-    @property
-    def param_groups(self) -> list[dict]: return [g for o in self.parts for g in o.param_groups]   # new after a load
-
-    @property
-    def state(self) -> dict: return self.parts[0].state | self.parts[1].state
-
-    def step(self):
-        for o in self.parts: o.step()
-
-    def zero_grad(self, set_to_none: bool = True):
-        for o in self.parts: o.zero_grad(set_to_none=set_to_none)
-
-    def state_dict(self) -> dict:
-        "Both parts' state, numbered in the drafter's order; each group names its optimizer."
-        state, groups = {}, []
-        for o, nums in zip(self.parts, self.numbers):
-            sd = o.state_dict()
-            state |= {nums[i]: s for i, s in sd["state"].items()}
-            groups += [g | {"params": [nums[i] for i in g["params"]], "optimizer": type(o).__name__}
-                       for g in sd["param_groups"]]
-        return {"state": state, "param_groups": groups}
-
-    def load_state_dict(self, sd: dict):
-        names = [g.get("optimizer") for g in sd["param_groups"]]
-        if names != [type(o).__name__ for o in self.parts]:
-            raise ValueError(f"The checkpoint's optimizer state is not Muon + AdamW (its groups: {names}); resume it "
-                             "with the optimizer it was trained with.")
-        for o, nums, g in zip(self.parts, self.numbers, sd["param_groups"]):
-            local = {n: i for i, n in enumerate(nums)}
-            o.load_state_dict({"state": {local[n]: s for n, s in sd["state"].items() if n in local},
-                               "param_groups": [{k: v for k, v in g.items() if k != "optimizer"}
-                                                | {"params": [local[n] for n in g["params"]]}]})
-
-# %% ../nbs/04a_train.ipynb #ceac6761
-def make_optimizer(cfg: TrainConfig, model: nn.Module, foreach: bool | None = None):
-    "The optimizer `cfg.optimizer` names, over `model`'s trainable tensors, at `cfg.lr` and `cfg.weight_decay`."
-    if cfg.optimizer == "adamw":
-        return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, betas=(0.9, 0.95),
-                                 weight_decay=cfg.weight_decay, foreach=foreach)
-    if not hasattr(torch.optim, "Muon"):
-        raise ValueError(f"optimizer='muon' needs torch.optim.Muon, which torch {torch.__version__} lacks: "
-                         "install torch >= 2.9 or use optimizer='adamw'.")
-    return MuonAdamW(model, cfg.lr, cfg.weight_decay, foreach)
 
 # %% ../nbs/04a_train.ipynb #0d773eb3
 @patch(cls_method=True)
@@ -248,19 +187,31 @@ def lr_at(step: int, total: int, base: float, warmup: float) -> float:
     if step < w: return base * (step + 1) / w
     return base * 0.5 * (1 + math.cos(math.pi * (step - w) / max(1, total - w)))
 
+# %% ../nbs/04a_train.ipynb #bf73e783
+class StepSums(NamedTuple):
+    "One optimizer step as `one_step` leaves it: sums still on the device, for `record` to read at once."
+    step: int                     # the step just taken (1-based)
+    lr: float                     # its learning rate
+    noise: float                  # its fc-input noise level
+    t0: float                     # `time.perf_counter()` when it began
+    counts: torch.Tensor          # [3, B-1] acceptance counts over its micro-batches (float64)
+    loss: torch.Tensor            # its loss, the mean over its micro-batches (float64)
+    tokens: int                   # tokens in its micro-batches
+    grad_norms: list              # per clip group (`clip_groups`), before clipping
+
 # %% ../nbs/04a_train.ipynb #70cbefc2
 @patch
-def record(self: Trainer, sums: dict) -> dict:
+def record(self: Trainer, sums: StepSums) -> dict:
     "A step's metrics from its `one_step` sums: summed over ranks, read at once after `check_finite`; callbacks add."
     self.check_finite()
-    toks = torch.full((1,), sums["tokens"], dtype=torch.float64, device=self.device)
-    tot = all_sum(torch.cat([sums["counts"].flatten(), sums["loss"].view(1), toks]))
-    norms = [whole_tensor(n).detach().double().view(1).to(tot.device) for n in sums["grad_norms"]]
+    toks = torch.full((1,), sums.tokens, dtype=torch.float64, device=self.device)
+    tot = all_sum(torch.cat([sums.counts.flatten(), sums.loss.view(1), toks]))
+    norms = [whole_tensor(n).detach().double().view(1).to(tot.device) for n in sums.grad_norms]
     tot = torch.cat([tot, *norms]).cpu()                                                     # one host read
     tot, norms = tot[:-len(norms)], tot[-len(norms):].tolist()
-    rec = {"step": sums["step"], "loss": tot[-2].item() / self.world, "lr": sums["lr"], "grad_norm": norms[0],
+    rec = {"step": sums.step, "loss": tot[-2].item() / self.world, "lr": sums.lr, "grad_norm": norms[0],
            **acceptance_metrics(tot[:-2].view(3, -1)),
-           "tokens_per_s": tot[-1].item() / (time.perf_counter() - sums["t0"]), "noise": sums["noise"]}
+           "tokens_per_s": tot[-1].item() / (time.perf_counter() - sums.t0), "noise": sums.noise}
     if len(norms) > 1: rec["selector_grad_norm"] = norms[1]                                 # before clipping, as grad_norm
     return self.callback("after_record", rec)
 
@@ -290,109 +241,6 @@ def due(self: Trainer, every: int) -> bool:
 def log(self: Trainer, rec: dict) -> None:
     "Append `rec` to `out_dir/metrics.jsonl`."
     with open(self.out / "metrics.jsonl", "a") as f: f.write(json.dumps(rec) + "\n")
-
-# %% ../nbs/04a_train.ipynb #5151d9b4
-def _spare_specials(tok) -> list[tuple[int, str]]:
-    "(id, token) of special tokens that are not eos/bos/pad/unk and that the chat template does not write."
-    busy = {tok.eos_token_id, tok.bos_token_id, tok.pad_token_id, tok.unk_token_id}
-    template = str(tok.chat_template or "")
-    spare = lambda i, t: t.special and i not in busy and str(t) not in template
-    return [(i, str(t)) for i, t in sorted(tok.added_tokens_decoder.items()) if spare(i, t)]
-
-# %% ../nbs/04a_train.ipynb #d0999204
-def mask_token_hint(target) -> str:
-    "Why the drafter has no mask token, which ids could be one, and the field to set."
-    tok, V = target.tokenizer, target.vocab_size
-    field = "drafter.mask_token_id (YAML: `drafter:` then `  mask_token_id: ID`)"
-    if tok is None: return (f"The target has no tokenizer, so the drafter's mask token is unknown: set {field} "
-                            f"to an id in 0..{V - 1} that your data never contains.")
-    unused, spare = list(range(len(tok), V)), _spare_specials(tok)
-    if unused: what = f"ids {unused[0]}..{unused[-1]} are embedding rows no token maps to, e.g. {unused[0]}"
-    elif spare:
-        what = "special tokens the chat template does not use: " + ", ".join(f"{i} ({t!r})" for i, t in spare[:5])
-    else: what = "every id is a token; pick one your data never contains (a rarely used special or reserved token)"
-    return f"The target's tokenizer has no <|mask|> token: set {field} to a reserved token id: {what}."
-
-# %% ../nbs/04a_train.ipynb #3d0f1805
-def _mask_token_id(target) -> int | None:
-    tok = target.tokenizer
-    if tok is None: return None
-    i = tok.convert_tokens_to_ids("<|mask|>")
-    return i if isinstance(i, int) and i != tok.unk_token_id else None
-
-# %% ../nbs/04a_train.ipynb #35dc3939
-def drafter_config_for(cfg: TrainConfig, target, data) -> DFlashConfig:
-    "The drafter's `DFlashConfig`: target-fixed fields, target-shaped defaults, then `cfg.drafter`."
-    tc = target.model.config.get_text_config()
-    rope = (getattr(tc, "rope_parameters", None) or {}).get("rope_theta", getattr(tc, "rope_theta", DEFAULT_ROPE_THETA))
-    d = dict(num_attention_heads=tc.num_attention_heads, num_key_value_heads=tc.num_key_value_heads,
-             head_dim=getattr(tc, "head_dim", tc.hidden_size // tc.num_attention_heads),
-             intermediate_size=tc.intermediate_size, rms_norm_eps=tc.rms_norm_eps, rope_theta=float(rope),
-             target_layer_ids=list(data.tap_ids), mask_token_id=_mask_token_id(target))
-    d |= cfg.drafter
-    d |= dict(hidden_size=target.hidden_size, vocab_size=target.vocab_size, num_target_layers=target.num_layers)
-    if d["mask_token_id"] is None: raise ValueError(mask_token_hint(target))
-    return DFlashConfig(**d)
-
-# %% ../nbs/04a_train.ipynb #b65e5237
-def norm_scale(norm: nn.Module) -> torch.Tensor:
-    "The per-channel multiplier an RMSNorm applies after normalising (float32), whatever its parametrisation."
-    H = norm.weight.shape[0]
-    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 0.0))
-    ones = torch.ones(1, H, dtype=norm.weight.dtype, device=norm.weight.device)
-    with torch.no_grad(): return norm(ones)[0].float() * math.sqrt(1 + eps)
-
-# %% ../nbs/04a_train.ipynb #b0c6d552
-def init_final_norm(model: DFlashDraftModel, target_norm: nn.Module, how: str) -> None:
-    "Set the drafter's final-norm weight per `init_norm` (`how`): default, target or small (see above)."
-    if how == "default": return
-    w = model.norm.weight
-    scale = norm_scale(target_norm) if how == "target" else torch.full((w.shape[0],), w.shape[0] ** -0.5)
-    with torch.no_grad(): w.copy_(scale.to(w))
-
-# %% ../nbs/04a_train.ipynb #82ad47ac
-def load_run_inputs(cfg: TrainConfig, device: torch.device, rank: int, world: int, target=None, data=None) -> tuple:
-    "(target, data, drafter config) of `cfg`'s run: loaded unless given."
-    from dflash_nb.target import load_target, load_target_heads
-    data = HiddenStateCache(cfg.cache, verify=None if cfg.verify_cache else False) if data is None and cfg.cache else data
-    if target is None and data is not None: target = load_target_heads(cfg.target, device=device)
-    if target is None:                                                       # online: the run runs the target
-        dtype = torch.bfloat16 if device.type == "cuda" and cfg.bf16 else torch.float32
-        target = load_target(cfg.target, dtype=dtype, device=device)
-    init = DFlashDraftModel.from_pretrained(cfg.init_from).config if cfg.init_from else None
-    if data is None: data = online_data(cfg, target, online_taps(cfg, target, init), rank, world)
-    dc = init or drafter_config_for(cfg, target, data)
-    return target, data, dc
-
-# %% ../nbs/04a_train.ipynb #feff6fa6
-RESUME_FREE = ("out_dir", "cache", "prompts", "target", "progress", "log_every", "save_every", "device",
-               "slot_grads_every", "loss_chunk", "verify_cache")
-
-def checkpoint_to_resume(cfg: TrainConfig, world: int) -> Path | None:
-    "The latest checkpoint in `out_dir`, if any; a ValueError naming the fields if it was made with other settings."
-    ck = latest_checkpoint(cfg.out_dir)
-    if ck is None: return None
-    diff = resume_changes(ck, asdict(cfg), asdict(TrainConfig()), world, RESUME_FREE)
-    if diff: raise ValueError(f"{cfg.out_dir} holds a run with other settings (saved, now): {diff}. "
-                              "Restore them to resume, or train into a new out_dir.")
-    return ck
-
-# %% ../nbs/04a_train.ipynb #96903d97
-def build_drafter(cfg: TrainConfig, dc: DFlashConfig, target, device: torch.device, world: int) -> tuple:
-    "(the drafter on `device`: fresh (seeded), from `init_from`, or the weights it resumes; that checkpoint or None)."
-    if dc.selector_rank and not cfg.loss_chunk:
-        raise ValueError("A DFlash 2 selector's loss runs in the loss's chunks: set loss_chunk > 0 (e.g. 32).")
-    tm = target.model
-    torch.manual_seed(cfg.seed)
-    if (at := tm.get_input_embeddings().weight.device) != torch.empty(0, device=device).device:
-        raise ValueError(f"The target is on {at} but the drafter trains on {device}: load the target there "
-                         "(load_target(..., device=...)).")
-    model = DFlashDraftModel(dc, tm.get_input_embeddings(), tm.get_output_embeddings()).to(device)
-    init_final_norm(model, tm.get_decoder().norm, cfg.init_norm)
-    if cfg.init_from: model.load_state_dict(read_drafter_tensors(cfg.init_from), strict=False)
-    ck = checkpoint_to_resume(cfg, world)
-    if ck: model.load_state_dict(checkpoint_weights(ck), strict=False)
-    return model, ck
 
 # %% ../nbs/04a_train.ipynb #b50194b5
 @patch
@@ -426,86 +274,3 @@ def read_metrics(path) -> list[dict]:
         r = json.loads(line)
         recs[r["step"]] = r
     return [recs[k] for k in sorted(recs)]
-
-# %% ../nbs/04a_train.ipynb #8716baa3
-def train_parser() -> argparse.ArgumentParser:
-    docs, defaults = docments(TrainConfig, full=False), asdict(TrainConfig())
-    keys = "\n".join(f"  {k:<16} {docs.get(k) or ''} (default: {v!r})" for k, v in defaults.items())
-    ap = argparse.ArgumentParser(prog="dflash-train", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Train a DFlash drafter from a hidden-state cache, or online (prompts: the target runs "
-                    "in-process). "
-                    "Standalone, or under torchrun with DDP or FSDP (parallel: fsdp), "
-                    "e.g. torchrun --nproc-per-node 8 -m dflash_nb.train --config run.yaml.",
-        epilog=f"Config keys (YAML):\n{keys}")
-    ap.add_argument("--config", required=True, help="YAML file of config keys (listed below)")
-    ap.add_argument("--out-dir", help="override out_dir")
-    ap.add_argument("--steps", type=int, help="override steps")
-    ap.add_argument("--device", help="override device (auto, cpu, cuda)")
-    ap.add_argument("--dist-timeout", type=float,
-                    help=f"s a collective waits for a missing rank, then the run fails (10..86400; {DIST_TIMEOUT:.0f})")
-    ap.add_argument("--no-plan-check", action="store_true",
-                    help="on a GPU, start even when dflash-plan plans the run not to fit (it refuses by default)")
-    add_machine_options(ap)
-    return ap
-
-# %% ../nbs/04a_train.ipynb #46e610d1
-_PASSED_ON = ("out_dir", "steps", "device", "dist_timeout")   # dflash-train options the ranks get as they are
-_FLAGS_PASSED_ON = ("no_plan_check",)
-
-def relaunch_command(a: argparse.Namespace) -> list[str] | None:
-    "The torchrun command `dflash-train` hands over to for several processes or machines; None to train in this one."
-    nodes, nproc = nodes_from_args(a), 1 if a.nproc_per_node is None else a.nproc_per_node
-    if a.dist_timeout is not None: check_dist_timeout(a.dist_timeout)
-    if "TORCHELASTIC_RUN_ID" in os.environ:
-        if a.nproc_per_node is not None:
-            raise ValueError("--nproc-per-node starts torchrun, and this process runs under torchrun already: "
-                             "give --nproc-per-node to torchrun.")
-        return None
-    if nodes.nnodes == 1 and nproc == 1: return None
-    from dflash_nb.launch import torchrun_command
-    extra = [x for k in _PASSED_ON if (v := getattr(a, k)) is not None for x in ("--" + k.replace("_", "-"), str(v))]
-    extra += ["--" + k.replace("_", "-") for k in _FLAGS_PASSED_ON if getattr(a, k)]
-    return torchrun_command(a.config, nproc, extra, nodes)
-
-# %% ../nbs/04a_train.ipynb #8a5d64ca
-def run_ranks(cfg: TrainConfig, node: int, timeout: float = DIST_TIMEOUT) -> Path | None:
-    "Train `cfg` as this process's rank (alone or under torchrun); a rank that loses a peer says which one went away."
-    ranks = start_ranks(resolve_device(cfg.device, int(os.environ.get("LOCAL_RANK", "0"))), node, timeout)
-    trainer = None
-    try:
-        if ranks.nodes > 1:
-            ranks.check_same(cfg)
-            ranks.check_shared(cfg.out_dir)
-        trainer = Trainer.from_config(cfg)
-        return trainer.fit()
-    except Exception as e:
-        if ranks.world == 1 or not peer_failure(e): raise
-        raise ranks.lost(e, f"after step {trainer.step}" if trainer else "while starting") from e
-
-# %% ../nbs/04a_train.ipynb #712aabe2
-def check_fits(cfg: TrainConfig) -> None:
-    "On a GPU, a `PlanError` when `cfg`'s plan for this machine does not fit (first rank of each machine); else nothing."
-    if int(os.environ.get("LOCAL_RANK", "0")) != 0: return
-    if resolve_device(cfg.device).type != "cuda": return
-    from dflash_nb.plan import plan_check               # the planner imports this module: imported when needed
-    plan_check(cfg)
-
-# %% ../nbs/04a_train.ipynb #da72e5c5
-def train_main(argv=None) -> None:
-    "Entry point of `dflash-train`: None (exit 0) after training; a refused input exits 2 in one line; a failure raises."
-    a = train_parser().parse_args(argv)
-    with refusals("dflash-train"):
-        if cmd := relaunch_command(a): os.execv(cmd[0], cmd)     # several processes or machines: torchrun takes over
-        cfg = load_train_config(a.config, out_dir=a.out_dir, steps=a.steps, device=a.device)
-        if not a.no_plan_check: check_fits(cfg)
-        if "TORCHELASTIC_RUN_ID" in os.environ: die_with_parent()
-        node = int(os.environ.get("GROUP_RANK", "0")) if a.node_rank is None else a.node_rank
-        try: ck = run_ranks(cfg, node, DIST_TIMEOUT if a.dist_timeout is None else a.dist_timeout)
-        finally:
-            if dist.is_initialized(): dist.destroy_process_group()
-    if int(os.environ.get("RANK", "0")) == 0: print(f"last checkpoint: {ck}")
-
-# %% ../nbs/04a_train.ipynb #87b58462
-if __name__ == "__main__":
-    train_main()
-    exit_now(0)    # a finished rank skips the interpreter's teardown, where FSDP's leftover gloo threads can abort it

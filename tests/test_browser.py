@@ -181,7 +181,7 @@ def synthetic_results(cfg, out: Path):
     "`DemoResults` a run of `cfg` could produce (four drafters, split's speed noise as the issue saw it), and figures."
     from matplotlib.figure import Figure
     from dflash_nb.demo import DemoResults, eval_budgets, plot_training, TOKENS
-    from dflash_nb.diagnostics import RMSStats, plot_layer_norms
+    from dflash_nb.probes import RMSStats, plot_layer_norms
     from dflash_nb.evaluate import OfflineResult, round_acceptance, plot_acceptance
     rounds = cfg.n_eval_prompts * cfg.max_new_tokens
     spec = {"fused": (1.096, "fused", [1, 3, 5, 7, 9]), "split": (1.115, "split", [1, 3, 5, 7]),

@@ -99,8 +99,9 @@ def assert_same_cache(a, b):
         for k in ("input_ids", "loss_mask", "taps", "final"): assert torch.equal(ca[i][k], cb[i][k])
 
 
-@pytest.mark.parametrize("where,at", [("before_replace", 1), ("before_replace", 3), ("after_replace", 3),
-                                      ("before_replace", 4), ("after_replace", 6)])
+@pytest.mark.parametrize("where,at", [("before_replace", 1), ("after_replace", 6),     # first shard, last shard
+                                      *(pytest.param(w, a, marks=pytest.mark.slow)
+                                        for w, a in (("before_replace", 3), ("after_replace", 3), ("before_replace", 4)))])
 def test_sigkill_in_write_protocol_then_resume(tmp_path, reference, where, at):
     out = tmp_path / "cache"
     assert finish(child(out, where, at), out) == -signal.SIGKILL, log_tail(out)

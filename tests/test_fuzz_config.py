@@ -6,6 +6,7 @@ import pytest
 from hypothesis import example, given, settings, strategies as st, HealthCheck
 from dflash_nb.config import DFlashConfig, FUSIONS, LAYER_TYPES
 from dflash_nb.config import TrainConfig
+from dflash_nb.hub import config_from_hub, config_to_hub
 
 ints = st.one_of(st.integers(-3, 70), st.sampled_from([0, 1, 2, 16, 64, 248320]))
 values = st.one_of(ints, st.text(max_size=5), st.none(), st.floats(allow_nan=True), st.lists(ints, max_size=4))
@@ -27,7 +28,7 @@ def test_dflash_config_builds_or_raises_value_error(hidden, layers, heads, kv, h
     except ValueError as e:
         assert str(e)
         return
-    assert DFlashConfig.from_hub_dict(json.loads(json.dumps(c.to_hub_dict()))) == c
+    assert config_from_hub(json.loads(json.dumps(config_to_hub(c)))) == c
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -14,8 +14,9 @@ ROOT = Path(dflash_nb.__file__).parent.parent
 
 
 def run(main: str, args: list[str]) -> subprocess.CompletedProcess:
-    "Run `dflash_nb.extract.<main>` as its console script does, in a fresh interpreter on this checkout."
-    code = f"import sys; from dflash_nb.extract import {main}; sys.exit({main}(sys.argv[1:]))"
+    "Run `<main>` (`dflash_nb.extract`'s, `import_main`: `dflash_nb.legacy`'s) as its console script does, in a fresh interpreter."
+    module = "legacy" if main == "import_main" else "extract"
+    code = f"import sys; from dflash_nb.{module} import {main}; sys.exit({main}(sys.argv[1:]))"
     env = os.environ | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, env=env, timeout=900)
 

@@ -21,7 +21,8 @@ from dflash_nb.testing import tiny_drafter, tiny_hybrid
 from dflash_nb.config import TrainConfig
 from dflash_nb.batches import BatchPlan
 from dflash_nb.distributed import Nodes
-from dflash_nb.train import read_metrics, relaunch_command, train_main, train_parser
+from dflash_nb.launch import relaunch_command, train_main, train_parser
+from dflash_nb.train import read_metrics
 
 DEADLINE = 600          # s for a run to start and finish: ~15 s on an idle 2-core box, far more on a busy one
 BOUND = 120             # s a killed machine may take to stop the other one (measured: 2 to 7 s)
@@ -29,7 +30,7 @@ ENV = {"OMP_NUM_THREADS": "1"}
 
 CHILD = textwrap.dedent("""
     import json, os, sys, time
-    import dflash_nb.train as t
+    import dflash_nb.train as t, dflash_nb.launch as launch
     record, hold = os.environ.get("RECORD"), os.environ.get("HOLD_AT")
     def note(**kw):
         with open(os.path.join(record, f"rank-{os.environ['RANK']}.jsonl"), "a") as f: f.write(json.dumps(kw) + "\\n")
@@ -46,7 +47,7 @@ CHILD = textwrap.dedent("""
             if os.path.basename(str(dst)) == f"step-{int(hold):07d}": time.sleep(3600)
             real(src, dst)
         os.replace = replace
-    t.train_main(sys.argv[1:])
+    launch.train_main(sys.argv[1:])
 """)
 
 
@@ -84,7 +85,7 @@ def machines(cfg: TrainConfig, child: bool = False, extra=((), ()), env=None) ->
         if child:
             script = Path(cfg.out_dir).parent / "child.py"
             script.write_text(CHILD)
-            i = cmd.index("dflash_nb.train")
+            i = cmd.index("dflash_nb.launch")
             cmd = cmd[:i - 1] + [str(script)] + cmd[i + 1:]
         runs.append(Launch(cmd, cfg.out_dir, ENV | (env or {})))
     return runs
@@ -173,7 +174,7 @@ def test_a_killed_machine_stops_the_other_and_is_named(config, victim):
     "Machine 0 starts from `launch`, machine 1 from the `dflash-train` CLI; `victim` is SIGKILLed mid-run."
     cfg, ep = config(steps=100_000, save_every=100_000), f"127.0.0.1:{free_port()}"
     path = write_run_config(cfg, Path(cfg.out_dir) / "run-node-1.yaml")
-    cli = [sys.executable, "-m", "dflash_nb.train", "--config", str(path),
+    cli = [sys.executable, "-m", "dflash_nb.launch", "--config", str(path),
            "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", ep, "--rdzv-id", "test"]
     runs = [launch(cfg, 1, nodes=Nodes(2, 0, ep, "test"))]
     runs.append(Launch(cli, cfg.out_dir, ENV))          # `dflash-train --nnodes ...` hands over to torchrun (execv)

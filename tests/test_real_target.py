@@ -109,7 +109,7 @@ def test_overfit_gate_on_the_real_target(target, tmp_path):
     from dflash_nb.diagnose import overfit_gate
     from dflash_nb.extract import cached_responses, extract_to_cache
     from dflash_nb.toy import load_prompts
-    from dflash_nb.train import drafter_config_for
+    from dflash_nb.assembly import drafter_config_for
     mask_id = target.tokenizer.convert_tokens_to_ids(MASK_TOKEN)
     one = cached_responses(target, load_prompts("eval")[:1], tmp_path / "one.jsonl", MAX_NEW, 1)
     cache = HiddenStateCache(extract_to_cache(target, one, tmp_path / "cache", default_target_layer_ids(30)))

@@ -21,10 +21,10 @@ def old_one_step(t: Trainer) -> tuple:
     for micro in range(cfg.grad_accum):
         g = step_generator(cfg.seed, t.step, micro, t.rank)
         b = make_batch(t.data, t.plan[t.step * cfg.grad_accum + micro], t.dc, cfg, g).to(t.device)
-        out = step_loss(t.wrapped, b, t.dc, cfg, t.head, noisy_fc_input(b.fc_taps, t.noise, t.dc.hidden_size, g))
-        assert torch.isfinite(out["loss"])
-        (out["loss"] / cfg.grad_accum).backward()
-        loss += out["loss"].item() / cfg.grad_accum
+        out = step_loss(t.wrapped, b, t.dc, cfg, t.readout, noisy_fc_input(b.fc_taps, t.noise, t.dc.hidden_size, g))
+        assert torch.isfinite(out.loss)
+        (out.loss / cfg.grad_accum).backward()
+        loss += out.loss.item() / cfg.grad_accum
     grad_norm = torch.nn.utils.clip_grad_norm_(t.params, cfg.grad_clip).item()
     for grp in t.opt.param_groups: grp["lr"] = lr_at(t.step, t.total, cfg.lr, cfg.warmup)
     t.opt.step()

@@ -1,6 +1,6 @@
 """Execute notebooks in place so a reader on the web sees their results, then clean them with `nbdev-clean`.
 
-Run from anywhere: `python tools/render_notebooks.py nbs/08_diagnostics.ipynb nbs/09_explore_taps.ipynb ...`
+Run from anywhere: `python tools/render_notebooks.py nbs/08_probes.ipynb nbs/09_explore_taps.ipynb ...`
 
 - Each notebook runs in a fresh Jupyter kernel (nbclient) with its folder as the working directory and this checkout
   first on `PYTHONPATH`, cell by cell, skipping the cells `nbdev-test` skips (`#| eval: false` and the `tst_flags`,
