@@ -140,8 +140,11 @@ class CudaAutocast(nn.Module):
     def forward(self, *args, **kwargs):
         with torch.autocast("cpu", dtype=torch.bfloat16): return self.module(*args, **kwargs)
 
+# %% ../nbs/05d_instrument.ipynb #467e05de
+_OPS = "dflash_plan_" + __name__.replace(".", "_")   # dflash_plan_dflash_nb_instrument, or a notebook's own
+
 # %% ../nbs/05d_instrument.ipynb #2f7c70be
-@torch.library.custom_op("dflash_plan::flex", mutates_args=())
+@torch.library.custom_op(f"{_OPS}::flex", mutates_args=())
 def flex_standin(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  density: float) -> tuple[torch.Tensor, torch.Tensor]:
     "Flex attention's memory and FLOPs for planning: fake tensors only."
@@ -151,7 +154,7 @@ def flex_standin(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 def _(q, k, v, density): return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 # %% ../nbs/05d_instrument.ipynb #32091b73
-@torch.library.custom_op("dflash_plan::flex_backward", mutates_args=())
+@torch.library.custom_op(f"{_OPS}::flex_backward", mutates_args=())
 def _flex_standin_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
                            grad: torch.Tensor, density: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     raise NotImplementedError("flex_standin plans memory on fake tensors; it computes nothing")
@@ -167,10 +170,10 @@ def _flex_grads(ctx, grad, grad_lse): return *_flex_standin_backward(*ctx.saved_
 
 flex_standin.register_autograd(_flex_grads, setup_context=_flex_setup)
 
-@register_flop_formula(torch.ops.dflash_plan.flex)
+@register_flop_formula(getattr(torch.ops, _OPS).flex)
 def _flex_flops(q, k, v, density, *args, out_shape=None, **kw): return int(sdpa_flop_count(q, k, v) * density)
 
-@register_flop_formula(torch.ops.dflash_plan.flex_backward)
+@register_flop_formula(getattr(torch.ops, _OPS).flex_backward)
 def _flex_backward_flops(q, k, v, out, lse, grad, density, *args, out_shape=None, **kw):
     return int(sdpa_backward_flop_count(grad, q, k, v) * density)
 
