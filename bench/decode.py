@@ -54,7 +54,7 @@ import argparse, tempfile, time, timeit
 from pathlib import Path
 import torch
 from dflash_nb.config import default_target_layer_ids
-from dflash_nb.decode import (Decoding, accepted_prefix, check_decodable, finish_tokens, greedy_generate,
+from dflash_nb.decode import (Decoding, SpeculativeGenerateOutput, accepted_prefix, check_decodable, greedy_generate,
                               speculative_generate, start_decoding, stop_ids)
 from dflash_nb.verify import drop_last_kv
 from dflash_nb.evaluate import offline_tau
@@ -122,13 +122,13 @@ def reference_round(s: Decoding):
     s.acceptance.append(n + 1)
 
 
-def reference_generate(target, drafter, prompt_ids, max_new_tokens: int, eos_token_id=None) -> dict:
+def reference_generate(target, drafter, prompt_ids, max_new_tokens: int,
+                       eos_token_id=None) -> SpeculativeGenerateOutput:
     "`speculative_generate` (chain) of the previous path."
     s, prefill_s = start_decoding(target, drafter, prompt_ids)
     eos = stop_ids(target, eos_token_id)
     while len(s.tokens) < max_new_tokens and not eos & set(s.tokens): reference_round(s)
-    return dict(tokens=finish_tokens(s.tokens, max_new_tokens, eos), acceptance=s.acceptance, prefill_s=prefill_s,
-                **s.times)
+    return SpeculativeGenerateOutput.from_decoding(s, prefill_s, max_new_tokens, eos)
 # ----------------------------------------------------------------------------------------------------------------------
 
 
@@ -227,35 +227,35 @@ def online(target, drafter, prompts, lengths, eos, tree_budget=None):
 def pooled(rounds): return sum(map(sum, rounds)) / max(sum(map(len, rounds)), 1)
 
 
-def timed(f, *args) -> dict:
-    "`f(*args)`'s result with its wall-clock seconds `wall_s` (the speedup's numerator counts all of it but prefill)."
+def timed(f, *args) -> tuple:
+    "`f(*args)`'s result and its wall-clock seconds (the speedup's numerator counts all of it but prefill)."
     t0 = time.perf_counter()
     out = f(*args)
-    return out | dict(wall_s=time.perf_counter() - t0)
+    return out, time.perf_counter() - t0
 
 
 def before_after(target, drafter, prompts, max_new_tokens: int, eos) -> dict:
     "Per path ('before', 'after'): τ, ms per round by phase, t1, measured and ideal speedup; all prompts interleaved."
     paths = {"before": reference_generate, "after": speculative_generate}
     rounds = ScheduledRounds(drafter) if isinstance(drafter, ScheduledDrafter) else RoundDrafter(drafter)
-    runs = {k: [] for k in paths}
+    runs = {k: [] for k in paths}          # per path: (result, wall-clock seconds, output == target greedy)
     base = []
     for i, p in enumerate([prompts[0]] + list(prompts)):           # the first prompt once more, as a warm-up
         g = greedy_generate(target, p, max_new_tokens, eos)
-        if isinstance(drafter, ScheduledDrafter): drafter.seq = prompt_token_ids(target, p) + g["tokens"]
+        if isinstance(drafter, ScheduledDrafter): drafter.seq = prompt_token_ids(target, p) + g.tokens
         outs = {k: timed(f, target, rounds, p, max_new_tokens, eos) for k, f in paths.items()}
         if i == 0: continue
         base.append(g)
-        for k, r in outs.items(): runs[k].append(r | dict(lossless=r["tokens"] == g["tokens"]))
-    t1 = sum(g["decode_s"] for g in base) / max(sum(len(g["tokens"]) - 1 for g in base), 1)
+        for k, (r, wall_s) in outs.items(): runs[k].append((r, wall_s, r.tokens == g.tokens))
+    t1 = sum(g.decode_s for g in base) / max(sum(len(g.tokens) - 1 for g in base), 1)
     out = {}
     for k, rs in runs.items():
-        rounds = sum(len(r["acceptance"]) for r in rs)
-        tau = sum(sum(r["acceptance"]) for r in rs) / rounds
-        per = {ph: sum(r[ph] for r in rs) / rounds for ph in ("draft_s", "verify_s", "rollback_s")}
-        spec = sum(r["wall_s"] - r["prefill_s"] for r in rs) / sum(len(r["tokens"]) - 1 for r in rs)
+        rounds = sum(len(r.acceptance) for r, _, _ in rs)
+        tau = sum(sum(r.acceptance) for r, _, _ in rs) / rounds
+        per = {ph: sum(getattr(r, ph) for r, _, _ in rs) / rounds for ph in ("draft_s", "verify_s", "rollback_s")}
+        spec = sum(wall_s - r.prefill_s for r, wall_s, _ in rs) / sum(len(r.tokens) - 1 for r, _, _ in rs)
         out[k] = dict(tau=tau, t1=t1, **per, speedup=t1 / spec, ideal=tau * t1 / per["verify_s"],
-                      lossless=all(r["lossless"] for r in rs))
+                      lossless=all(same for _, _, same in rs))
     return out
 
 
@@ -350,12 +350,12 @@ def main():
         off = offline_tau(drafter, check_compatible(cache, target_hash=target.config_hash), budgets=BUDGETS)
         responses = [cache[i]["input_ids"][len(p):].tolist() for i, p in enumerate(prompts)]
         runs = online(target, drafter, prompts, [len(r) for r in responses], eos)
-    on_rounds = [r["acceptance"] for r in runs]
+    on_rounds = [r.acceptance for r in runs]
     same = lambda on, of: sum(a[:-1] == b[:-1] and a[-1] >= b[-1] for a, b in zip(on, of))
-    lossless = all(r["tokens"] == resp for r, resp in zip(runs, responses))
+    lossless = all(r.tokens == resp for r, resp in zip(runs, responses))
     check_decodable(target, drafter, BUDGETS[0])
     lengths = [len(x) for x in responses]
-    tree_runs = {b: [r["acceptance"] for r in online(target, drafter, prompts, lengths, eos, b)] for b in BUDGETS}
+    tree_runs = {b: [r.acceptance for r in online(target, drafter, prompts, lengths, eos, b)] for b in BUDGETS}
     rows = [("target", tname), ("drafter", f"{dname}; block {drafter.config.block_size}"),
             ("prompts / max new tokens", f"{len(prompts)} / {args.max_new_tokens}"),
             ("offline τ (chain, eval.offline_tau)", f"{off.tau:.3f}"),

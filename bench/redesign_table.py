@@ -185,7 +185,8 @@ def decode_figures(lib: str, new_tokens: int = 24) -> dict:
     run = lambda: out.setdefault("r", gen(toy, drafter, prompt, max_new_tokens=new_tokens))
     gen(toy, drafter, prompt, max_new_tokens=new_tokens)                      # warm-up: one-time caches, lazy imports
     whole = traced(run, lib)
-    rounds = len(out["r"].get("acceptance", [])) or "?"
+    r = out["r"]                                                              # a dict in trees before typed outputs
+    rounds = len(r.get("acceptance", []) if isinstance(r, dict) else r.acceptance) or "?"
     fig = {f"one decode, {new_tokens} tokens ({rounds} rounds), prefill + rounds: defs / depth / modules": whole}
     name = "chain_round" if hasattr(dec, "chain_round") else None
     fig["decode rounds only (under `chain_round`): defs / depth / modules"] = (

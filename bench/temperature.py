@@ -32,7 +32,7 @@ def online_tau(target, drafter, prompts, tokens, sampling, seeds):
     for p in prompts:
         for seed in range(seeds if sampling else 1):
             s = None if sampling is None else Sampling(sampling.temperature, sampling.top_k, sampling.top_p, seed)
-            rounds += speculative_generate(target, drafter, p, tokens, eos_token_id=[], sampling=s)["acceptance"]
+            rounds += speculative_generate(target, drafter, p, tokens, eos_token_id=[], sampling=s).acceptance
     return sum(rounds) / len(rounds), len(rounds)
 
 

@@ -20,10 +20,10 @@ from .verify import (TargetPass, new_cache, target_pass, check_gdn_forward, drop
                               keep_kv)
 
 # %% auto #0
-__all__ = ['clock', 'stop_ids', 'finish_tokens', 'greedy_generate', 'Sampling', 'Decoding', 'check_decodable', 'round_drafter',
-           'start_decoding', 'accepted_prefix', 'round_scores', 'round_states', 'rollback', 'chain_round',
-           'tree_inputs', 'draft_tree', 'tree_round', 'speculative_generate', 'sample_drafts', 'sampled_chain_round',
-           'decode_comparison', 'time_per_token']
+__all__ = ['clock', 'stop_ids', 'finish_tokens', 'GreedyGenerateOutput', 'greedy_generate', 'Sampling', 'Decoding',
+           'check_decodable', 'round_drafter', 'start_decoding', 'accepted_prefix', 'round_scores', 'round_states',
+           'rollback', 'chain_round', 'tree_inputs', 'draft_tree', 'tree_round', 'SpeculativeGenerateOutput',
+           'speculative_generate', 'sample_drafts', 'sampled_chain_round', 'decode_comparison', 'time_per_token']
 
 # %% ../nbs/07_decode.ipynb #634f1f52
 def clock(device) -> float:
@@ -47,9 +47,17 @@ def finish_tokens(tokens: list[int], max_new_tokens: int, eos_token_id=None) -> 
     tokens, eos = tokens[:max_new_tokens], _eos_set(eos_token_id)
     return next((tokens[:i + 1] for i, t in enumerate(tokens) if t in eos), tokens)
 
+# %% ../nbs/07_decode.ipynb #a74d6679
+@dataclass(frozen=True)
+class GreedyGenerateOutput:
+    "What `greedy_generate` returns: the new tokens, and the prefill and decode seconds."
+    tokens: list[int]
+    prefill_s: float
+    decode_s: float
+
 # %% ../nbs/07_decode.ipynb #222cdd91
 @torch.inference_mode()
-def greedy_generate(target: Target, prompt_ids, max_new_tokens: int, eos_token_id=None) -> dict:
+def greedy_generate(target: Target, prompt_ids, max_new_tokens: int, eos_token_id=None) -> GreedyGenerateOutput:
     "The target's greedy decoding with its cache, to its eos (`[]`: none): tokens, prefill and decode seconds."
     dev, eos, cache = target.model.device, stop_ids(target, eos_token_id), new_cache(target)
     def step(ids):
@@ -60,7 +68,7 @@ def greedy_generate(target: Target, prompt_ids, max_new_tokens: int, eos_token_i
     t1 = clock(dev)
     while len(tokens) < max_new_tokens and tokens[-1] not in eos:
         tokens.append(step(torch.tensor([[tokens[-1]]])))
-    return dict(tokens=tokens, prefill_s=t1 - t0, decode_s=clock(dev) - t1)
+    return GreedyGenerateOutput(tokens=tokens, prefill_s=t1 - t0, decode_s=clock(dev) - t1)
 
 # %% ../nbs/07_decode.ipynb #8e3d3a79
 @dataclass
@@ -246,11 +254,32 @@ def tree_round(s: Decoding, budget: int, lattice: bool = False):
     s.acceptance.append(len(keep))
 
 
+# %% ../nbs/07_decode.ipynb #4cbeb35c
+@dataclass(frozen=True)
+class SpeculativeGenerateOutput:
+    "What `speculative_generate` returns: tokens, acceptance lengths and τ, prefill and decode seconds by phase."
+    tokens: list[int]
+    acceptance: list[int]          # per round: accepted drafts + the bonus
+    tau: float
+    prefill_s: float
+    decode_s: float                # draft_s + verify_s + rollback_s
+    draft_s: float
+    verify_s: float
+    rollback_s: float
+    rollback_s_per_round: float
+    @classmethod
+    def from_decoding(cls, s: Decoding, prefill_s: float, max_new_tokens: int, eos: set) -> SpeculativeGenerateOutput:
+        "The output of the finished decode `s`: its tokens cut by `finish_tokens`, τ over its rounds, its timings."
+        n = max(len(s.acceptance), 1)
+        return cls(tokens=finish_tokens(s.tokens, max_new_tokens, eos), acceptance=s.acceptance,
+                   tau=sum(s.acceptance) / n, prefill_s=prefill_s, decode_s=sum(s.times.values()), **s.times,
+                   rollback_s_per_round=s.times["rollback_s"] / n)
+
 # %% ../nbs/07_decode.ipynb #d7d670f5
 @torch.inference_mode()
 def speculative_generate(target: Target, drafter, prompt_ids, max_new_tokens: int, eos_token_id=None,
                          tree_budget: int | None = None, lattice: bool = False,
-                         sampling: Sampling | None = None) -> dict:
+                         sampling: Sampling | None = None) -> SpeculativeGenerateOutput:
     "Speculative decoding by `drafter` (or its `RoundDrafter`) of `prompt_ids` (ids or text) to the target's eos (`[]`: none): chain or DDTree, greedy or T > 0."
     rounds = round_drafter(drafter)
     check_decodable(target, rounds.drafter, tree_budget, lattice, sampling)
@@ -259,10 +288,7 @@ def speculative_generate(target: Target, drafter, prompt_ids, max_new_tokens: in
     else: step = chain_round if sampling is None else sampled_chain_round
     eos = stop_ids(target, eos_token_id)
     while len(s.tokens) < max_new_tokens and not eos & set(s.tokens): step(s)
-    n = max(len(s.acceptance), 1)
-    return dict(tokens=finish_tokens(s.tokens, max_new_tokens, eos), acceptance=s.acceptance,
-                tau=sum(s.acceptance) / n, prefill_s=prefill_s, decode_s=sum(s.times.values()), **s.times,
-                rollback_s_per_round=s.times["rollback_s"] / n)
+    return SpeculativeGenerateOutput.from_decoding(s, prefill_s, max_new_tokens, eos)
 
 
 # %% ../nbs/07_decode.ipynb #df57f464
@@ -317,12 +343,13 @@ def sampled_chain_round(s: Decoding):
 def _figures(base: float, pairs: list) -> dict:
     "Speed figures of (greedy run, speculative run) pairs, target-only seconds per token `base`."
     total = lambda f: sum(f(s) for _, s in pairs)
-    spec = total(lambda r: r["decode_s"]) / max(total(lambda r: len(r["tokens"]) - 1), 1)
-    rounds = max(total(lambda r: len(r["acceptance"])), 1)
-    per_round = {f"{k}_per_round": total(lambda r: r[k]) / rounds for k in ("draft_s", "verify_s", "rollback_s")}
+    spec = total(lambda r: r.decode_s) / max(total(lambda r: len(r.tokens) - 1), 1)
+    rounds = max(total(lambda r: len(r.acceptance)), 1)
+    per_round = {f"{k}_per_round": total(lambda r: getattr(r, k)) / rounds
+                 for k in ("draft_s", "verify_s", "rollback_s")}
     return dict(target_s_per_token=base, speculative_s_per_token=spec, speedup=base / spec,
-                tau=total(lambda r: sum(r["acceptance"])) / rounds, **per_round,
-                lossless=all(g["tokens"] == s["tokens"] for g, s in pairs))
+                tau=total(lambda r: sum(r.acceptance)) / rounds, **per_round,
+                lossless=all(g.tokens == s.tokens for g, s in pairs))
 
 # %% ../nbs/07_decode.ipynb #f1a2b3c5
 def decode_comparison(target: Target, drafters: dict, prompts, max_new_tokens: int, eos_token_id=None,
@@ -334,7 +361,7 @@ def decode_comparison(target: Target, drafters: dict, prompts, max_new_tokens: i
     for m in modes: spec(prompts[0], min(max_new_tokens, 8), m)
     runs = [(greedy_generate(target, p, max_new_tokens, eos_token_id), {m: spec(p, max_new_tokens, m) for m in modes})
             for p in prompts]
-    base = sum(g["decode_s"] for g, _ in runs) / max(sum(len(g["tokens"]) - 1 for g, _ in runs), 1)
+    base = sum(g.decode_s for g, _ in runs) / max(sum(len(g.tokens) - 1 for g, _ in runs), 1)
     return {m: _figures(base, [(g, s[m]) for g, s in runs]) for m in modes}
 
 # %% ../nbs/07_decode.ipynb #954105f1

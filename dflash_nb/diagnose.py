@@ -131,7 +131,7 @@ def measure_online(models: dict, target, cache: HiddenStateCache, n: int = 4, sa
             if not r["loss_mask"].any(): continue
             start = int(r["loss_mask"].argmax())
             got = speculative_generate(target, m, r["input_ids"][:start].tolist(), len(r["input_ids"]) - start,
-                                       eos_token_id=[], sampling=sampling)["acceptance"]
+                                       eos_token_id=[], sampling=sampling).acceptance
             taus.append(sum(got) / len(got))
             rounds += got[:-1]
         reached = [sum(a >= k for a in rounds) for k in range(1, m.config.block_size)]   # a round of a makes a - 1 drafts
@@ -354,7 +354,7 @@ def overfit_gate(model: DFlashDraftModel, target, cache: HiddenStateCache, index
     off = offline_tau(fresh, one, budgets=())
     n = int(sample["loss_mask"].sum())
     online = speculative_generate(target, fresh, sample["input_ids"][:len(sample["input_ids"]) - n].tolist(), n,
-                                  eos_token_id=[])["acceptance"]
+                                  eos_token_id=[]).acceptance
     B, short = c.block_size, [k + 1 for k, (a, m) in enumerate(zip(off.counts["accepted"], off.counts["checkable"]))
                               if a < m]
     whole = lambda rounds: all(x == B for x in rounds[:-1])

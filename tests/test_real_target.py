@@ -91,8 +91,8 @@ def test_pipeline_extract_train_offline_online_lossless(target, tmp_path):
         prompt = s["input_ids"][s["loss_mask"] == 0].tolist()
         g = greedy_generate(target, prompt, MAX_NEW, eos)
         sp = speculative_generate(target, drafter, prompt, MAX_NEW, eos)
-        lossless += g["tokens"] == sp["tokens"]
-        online += sp["acceptance"]
+        lossless += g.tokens == sp.tokens
+        online += sp.acceptance
     lap("online")
     seconds = {k: round(v, 1) for k, v in times.items()}
     print(f"offline tau chain {off.tau:.3f}, DDTree-15 {off.tau_tree[15]:.3f}; "
