@@ -63,8 +63,9 @@ class DemoConfig:
 
 # %% ../nbs/10_demo.ipynb #b2e0d001
 def quick_demo_config() -> DemoConfig:
-    "The ~4-minute variant: fewer prompts, shorter responses, fewer steps."
-    return DemoConfig(n_train_prompts=48, n_eval_prompts=6, max_new_tokens=64, steps=60, num_anchors=32, budgets=(8,))
+    "The ~2-minute variant, every stage kept: fewer and shorter prompts, smaller batches, one timed repeat."
+    return DemoConfig(n_train_prompts=32, n_eval_prompts=6, max_new_tokens=64, steps=60, num_anchors=16, batch_size=4,
+                      budgets=(8,), n_online_prompts=2, speed_repeats=1, speed_prompts=1)
 
 # %% ../nbs/10_demo.ipynb #d0e1b002
 def eval_budgets(cfg: DemoConfig) -> tuple:
@@ -533,7 +534,7 @@ def demo_parser() -> argparse.ArgumentParser:
                                  "cache, a fused and a split drafter, offline and online τ, diagnostics. Offline, "
                                  "CPU-friendly; rerun to resume from the stages already done.")
     ap.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo); report.md is written there")
-    ap.add_argument("--quick", action="store_true", help="the ~4-minute variant (fewer prompts and steps)")
+    ap.add_argument("--quick", action="store_true", help="the ~2-minute variant (fewer prompts and steps, every stage)")
     ap.add_argument("--steps", type=int, help="override the training steps per drafter")
     return ap
 

@@ -11,6 +11,7 @@ import argparse, json, tempfile
 from copy import copy
 from dataclasses import dataclass, replace
 from pathlib import Path
+import matplotlib.pyplot as plt
 import torch
 from .cache import HiddenStateCache, CacheLayout, check_compatible
 from .config import TrainConfig, DRAFTER_KEYS, TAP_CONVENTIONS, hidden_state_index
@@ -400,6 +401,7 @@ def diagnose(drafters: dict, cache: HiddenStateCache, target_model, out, target=
     atts = [attribution(results, cf, a, b) for i, a in enumerate(names) for b in names[i + 1:]]
     ax = plot_acceptance(list(results.values()))
     atomic_write(out / "acceptance.png", lambda p: ax.figure.savefig(p, format="png", dpi=80))
+    plt.close(ax.figure)
     shown = [{k: v for k, v in r.items() if k != "delta"} | {"like": ", ".join(r["like"]) or "—"} for r in cf]
     text = "\n\n".join(["# Diagnosis: " + ", ".join(names), "## The drafters side by side (differences first)",
                         markdown_table(diff_rows(facts)), "## Measured on the same prompts",

@@ -1,11 +1,12 @@
 """The notebooks as a docs site: `tools/build_docs.py` builds it offline into a temporary folder (the checkout is left
-as it was), and headless Chromium opens the model page and the explorer page.
+as it was), and headless Chromium opens the model page, the explorer page and the diagnose page.
 
 Checked as a reader would see them: the API reference of `DFlashDraftModel` (nbdev's `show_doc`: its name as a heading,
 its signature with the `config` parameter, its docstring), `show_doc` entries of exported functions of the explorer
 (`explorer_update`'s signature and docstring), and the plots stored in `nbs/09_explore_taps.ipynb` rendered as loaded
-`<img>` elements, as many as the notebook stores. Screenshots of both pages go to `$DFLASH_NB_ARTIFACTS` (else a
-temporary folder; the path is printed)."""
+`<img>` elements, as many as the notebook stores; on `13_diagnose`'s page, the facts table its cells show and the
+acceptance plot they draw, as a reader sees them without running anything. Screenshots of the pages go to
+`$DFLASH_NB_ARTIFACTS` (else a temporary folder; the path is printed)."""
 import re, subprocess, sys, time
 import nbformat, pytest
 from browser_util import ROOT, artifacts_dir, browser_page, need_browser
@@ -108,3 +109,23 @@ def test_explorer_page_plots_and_signatures(site):
         imgs.first.scroll_into_view_if_needed()
         page.screenshot(path=str(artifacts_dir() / "docs-09_explore_taps.png"))
 
+
+
+def test_diagnose_page_table_and_plot(site):
+    "`13_diagnose`'s page shows what its cells computed: the facts table it prints and the acceptance plot it draws."
+    need_browser()
+    from dflash_nb.diagnose import diagnose
+    out, _ = site
+    want = stored_images("13_diagnose.ipynb")
+    assert want >= 1, "the diagnose notebook should store its plot (tools/render_notebooks.py)"
+    with browser_page() as page:
+        page.goto((out / page_of("diagnose", "diagnose")).as_uri())
+        facts = page.locator("table", has_text="fc taps")                 # diff_rows' table, shown as markdown
+        assert facts.count() >= 1, "no facts table on the page"
+        assert "fusion" in facts.first.inner_text()
+        imgs = page.locator("img")
+        loaded = imgs.evaluate_all("es => es.filter(e => e.complete && e.naturalWidth > 100).length")
+        assert loaded >= want, (loaded, want)
+        assert first_line(diagnose.__doc__) in api_entry(page, "diagnose")
+        facts.first.scroll_into_view_if_needed()
+        page.screenshot(path=str(artifacts_dir() / "docs-13_diagnose.png"))

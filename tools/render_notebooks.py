@@ -1,6 +1,13 @@
 """Execute notebooks in place so a reader on the web sees their results, then clean them with `nbdev-clean`.
 
-Run from anywhere: `python tools/render_notebooks.py nbs/08_probes.ipynb nbs/09_explore_taps.ipynb ...`
+Run from anywhere: `python tools/render_notebooks.py` renders every notebook in `SHOWN` (the teaching notebooks, whose
+tables, figures and printed numbers a reader needs); `python tools/render_notebooks.py nbs/08_probes.ipynb ...` renders
+those given. `--check` renders into memory instead and fails (exit 1, a diff per cell) when a stored text output is
+not what the current code prints, or when a notebook in `SHOWN` stores none: CI runs it. A cell whose output changes
+from run to run (wall-clock seconds, a memory reading) says so in a comment, `# output varies: <why>`, and is not
+compared; figures are not compared (their bytes depend on the matplotlib build), only that they are there. A printed
+number may differ by one unit in its last digit (a float computed on another CPU, AVX2 or AVX-512, rounds to the
+neighbouring value); whole numbers (counts) and every other character must be the same.
 
 - Each notebook runs in a fresh Jupyter kernel (nbclient) with its folder as the working directory and this checkout
   first on `PYTHONPATH`, cell by cell, skipping the cells `nbdev-test` skips (`#| eval: false` and the `tst_flags`,
@@ -12,7 +19,8 @@ Run from anywhere: `python tools/render_notebooks.py nbs/08_probes.ipynb nbs/09_
 - A notebook that fails is left as it was; the others are still rendered. Exit status 1 if any failed.
 - Then `nbdev-clean` (keeps outputs and the widget state, drops execution counts and other noise).
 """
-import argparse, re, os, subprocess, sys, tempfile
+import argparse, difflib, re, os, subprocess, sys, tempfile
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
@@ -23,6 +31,10 @@ MATPLOTLIBRC = "figure.dpi: 75\nsavefig.dpi: figure\n"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 TEXT_BAR = re.compile(r"\d+%\|.*\|")                     # tqdm's text bar: ' 40%|████      | 2/5 [00:01<...]'
+VARIES = "# output varies:"                              # a cell whose output is not the same from run to run
+NUMBER = re.compile(r"(-?\d+(?:\.(\d+))?(?:[eE]([-+]?\d+))?)")
+SHOWN = ["01_model", "02a_toy_target", "04a_train", "05a_plan", "05e_stages", "06_evaluate", "07_decode", "08_probes",
+         "09_explore_taps", "10_demo", "12_recipe_study", "13_diagnose"]
 
 
 def skipped_cells(path: Path) -> set:
@@ -36,10 +48,10 @@ def skipped_cells(path: Path) -> set:
 
 
 def kernel_env(rc_dir: Path) -> dict:
-    "Environment for the kernel: this checkout imported first, small figures."
+    "Environment for the kernel: this checkout imported first, small figures, one thread (the same sums on any CPU)."
     (rc_dir / "matplotlibrc").write_text(MATPLOTLIBRC)
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return {"PYTHONPATH": path, "MATPLOTLIBRC": str(rc_dir)}
+    return {"PYTHONPATH": path, "MATPLOTLIBRC": str(rc_dir), "OMP_NUM_THREADS": "1"}
 
 
 def execute(nb, path: Path, skip: set, timeout: int):
@@ -133,33 +145,95 @@ def temp_path_warnings(nb, path: Path) -> list:
     return out
 
 
-def render(path: Path, timeout: int) -> bool:
-    "Execute, tidy and write one notebook; False (notebook untouched) when a cell fails."
+def rendered(path: Path, timeout: int):
+    "`path` executed and tidied (figures small, no progress bars, only shown widgets kept); None when a cell fails."
     nb = nbformat.read(path, as_version=4)
     try:
         execute(nb, path, skipped_cells(path), timeout)
     except CellExecutionError as e:
-        print(f"{path}: FAILED, left as it was\n{e}", file=sys.stderr)
-        return False
-    bars, kept = drop_progress(nb), prune_widgets(nb)
+        print(f"{path}: FAILED\n{e}", file=sys.stderr)
+        return None
+    drop_progress(nb)
+    prune_widgets(nb)
+    return nb
+
+
+def render(path: Path, timeout: int) -> bool:
+    "Execute, tidy and write one notebook; False (notebook untouched) when a cell fails."
+    if (nb := rendered(path, timeout)) is None: return False
     for w in temp_path_warnings(nb, path):
         print(f"warning: {w}", file=sys.stderr)
     nbformat.write(nb, path)
     subprocess.run(["nbdev-clean", "--fname", str(path)], check=True, cwd=ROOT)
     figures = sum("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
-    print(f"{path}: {path.stat().st_size / 1024:.0f} KB, {figures} figures, {kept} widget models, "
-          f"{bars} progress outputs dropped")
+    print(f"{path}: {path.stat().st_size / 1024:.0f} KB, {figures} figures")
     return True
+
+
+def shown_text(cell) -> str:
+    "What a reader sees of `cell`'s outputs, as text: streams and text/markdown/plain results; a figure as `<figure>`."
+    text = ""
+    for o in cell.get("outputs", []):
+        if o.output_type == "stream": text += o.text          # one stream may arrive in any number of pieces
+        elif o.output_type == "error": text += f"\n{o.ename}: {o.evalue}\n"
+        else:
+            data = o.get("data", {})
+            if {"image/png", "image/svg+xml"} & set(data): text += "\n<figure>\n"
+            else: text += "\n" + next((data[k] for k in ("text/markdown", "text/plain") if k in data), "") + "\n"
+    return "\n".join(ln.rstrip() for ln in text.strip().splitlines() if ln.strip())
+
+
+def same_print(stored: str, current: str) -> bool:
+    "Whether two printed texts are equal but for decimal numbers one unit apart in their last printed digit."
+    a, b = NUMBER.split(stored), NUMBER.split(current)
+    if len(a) != len(b): return False
+    for i in range(0, len(a) - 1, 4):     # split() yields: text, number, its decimals, its exponent, text, ...
+        if a[i] != b[i]: return False
+        x, decimals, exp = a[i + 1], a[i + 2], a[i + 3]
+        unit = 10.0 ** (int(exp or 0) - len(decimals or ""))
+        if x == b[i + 1]: continue
+        if not (decimals or exp) or abs(float(x) - float(b[i + 1])) > unit * (1 + 1e-9): return False   # ints: exact
+    return a[-1] == b[-1]
+
+
+def stale_outputs(path: Path, timeout: int) -> list[str]:
+    "Cells of `path` whose stored outputs differ from what the current code prints (a diff each); [] when all agree."
+    stored = nbformat.read(path, as_version=4)
+    if path.stem in SHOWN and not any(c.get("outputs") for c in stored.cells):
+        return [f"{path.name}: stores no outputs; run `python tools/render_notebooks.py {path.relative_to(ROOT)}`"]
+    if (fresh := rendered(path, timeout)) is None: return [f"{path.name}: a cell failed"]
+    out = []
+    for old, new in zip(stored.cells, fresh.cells):
+        if old.cell_type != "code" or VARIES in old.source: continue
+        a, b = shown_text(old), shown_text(new)
+        if not same_print(a, b):
+            diff = difflib.unified_diff(a.splitlines(), b.splitlines(), "stored", "current code", lineterm="", n=1)
+            out.append(f"{path.name} cell {old.get('id')}:\n" + "\n".join(list(diff)[:40]))
+    return out
+
+
+def check(paths: list[Path], timeout: int, jobs: int) -> int:
+    "Exit status of `--check`: 0 when every notebook's stored outputs are current, else 1 (the stale cells printed)."
+    with ProcessPoolExecutor(jobs) as pool:
+        stale = [s for found in pool.map(stale_outputs, paths, [timeout] * len(paths)) for s in found]
+    for s in stale: print(s, file=sys.stderr)
+    if stale: print(f"{len(stale)} stale outputs: run `python tools/render_notebooks.py` and commit", file=sys.stderr)
+    else: print(f"{len(paths)} notebooks show what the current code prints")
+    return 1 if stale else 0
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("notebooks", nargs="+", type=Path, help="notebooks to execute in place")
+    ap.add_argument("notebooks", nargs="*", type=Path, help="notebooks to execute (default: the SHOWN ones)")
+    ap.add_argument("--check", action="store_true", help="compare with the stored outputs instead of writing them")
+    ap.add_argument("--jobs", type=int, default=2, help="notebooks run at once by --check (default 2)")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per cell (default 900, as nbdev's cell_timeout)")
     a = ap.parse_args(argv)
+    paths = [p.resolve() for p in a.notebooks] or [ROOT / "nbs" / f"{n}.ipynb" for n in SHOWN]
     with tempfile.TemporaryDirectory() as rc:
         os.environ.update(kernel_env(Path(rc)))
-        ok = [render(p.resolve(), a.timeout) for p in a.notebooks]
+        if a.check: return check(paths, a.timeout, a.jobs)
+        ok = [render(p, a.timeout) for p in paths]
     return 0 if all(ok) else 1
 
 
