@@ -1,5 +1,5 @@
 """Two or more drafters for one target set side by side as a diff, measured with intervals over prompts, and the gap
-between them attributed by counterfactuals measured on the same prompts: `dflash-diagnose`.
+between them attributed over every change that can be made at evaluation, under a one-line verdict: `dflash-diagnose`.
 
 Docs: https://dflash-nb.github.io/dflash_nb/diagnose.html.md"""
 
@@ -18,8 +18,8 @@ from .config import TrainConfig, DRAFTER_KEYS, TAP_CONVENTIONS, hidden_state_ind
 from .extract import extract_to_cache, extract_samples
 from .train import Trainer, read_metrics
 from .decode import speculative_generate
-from .model import DFlashDraftModel, param_counts
-from .evaluate import (load_drafters, offline_tau, offline_tau_many, plot_acceptance, expected_acceptance,
+from .model import DFlashDraftModel, param_counts, drafter_state_dict
+from .evaluate import (offline_tau, offline_tau_many, plot_acceptance, expected_acceptance,
                                 add_sampling_options, eval_sampling)
 from .tables import markdown_table
 from .stats import mean_ci, wilson_interval
@@ -34,10 +34,12 @@ from .cli import refusals
 
 
 # %% auto #0
-__all__ = ['RUN_FIELDS', 'STUDY_QUESTIONS', 'THETAS', 'MIN_GAIN', 'LIVE_FLOOR', 'drafter_facts', 'run_facts', 'diff_rows',
-           'interval', 'measure', 'measure_rows', 'measure_online', 'counterfactuals', 'study_answers', 'attribution',
-           'with_config', 'serving_checks', 'live_tolerance', 'live_checks', 'train_vs_serve', 'overfit_gate',
-           'DiagnoseSettings', 'diagnose', 'diagnose_parser', 'diagnose_main']
+__all__ = ['RUN_FIELDS', 'STUDY_QUESTIONS', 'THETAS', 'MIN_GAIN', 'CONFIG_TOGGLES', 'PER_LAYER', 'ARCHITECTURE', 'LIVE_FLOOR',
+           'drafter_facts', 'run_facts', 'diff_rows', 'interval', 'measure', 'measure_rows', 'measure_online',
+           'shown_rows', 'counterfactuals', 'study_answers', 'attribution', 'with_config', 'reading_rows',
+           'beats_config', 'serving_checks', 'config_toggles', 'architecture_notes', 'weight_parts', 'weight_rows',
+           'head_facts', 'with_part', 'weight_toggles', 'verdict', 'live_tolerance', 'live_checks', 'train_vs_serve',
+           'overfit_gate', 'DiagnoseSettings', 'diagnose', 'diagnose_parser', 'diagnose_main']
 
 # %% ../nbs/13_diagnose.ipynb #0ee2d2c8
 def drafter_facts(model: DFlashDraftModel) -> dict:
@@ -140,8 +142,25 @@ def measure_online(models: dict, target, cache: HiddenStateCache, n: int = 4, sa
                      "acc_cond": [sum(a > k for a in rounds) / h if h else None for k, h in enumerate(reached, 1)]}
     return out
 
+# %% ../nbs/13_diagnose.ipynb #122c1493
+def _chain_taus(m: DFlashDraftModel, cache: HiddenStateCache, indices=None) -> list[float]:
+    "Per-prompt chain τ of `m` over `cache`."
+    return offline_tau_many(m, cache, {"m": None}, indices, budgets=())["m"].tau_per_prompt
+
+def _delta_row(drafter: str, difference: str, source: str, xs, base, like: list) -> dict:
+    "A row of the attribution's candidates: `drafter` changed by `difference`, its τ and paired Δτ over prompts."
+    delta = [a - b for a, b in zip(xs, base)]
+    d = mean_ci(delta)
+    return {"drafter": drafter, "difference": difference, "source": source, "tau": round(mean_ci(xs).mean, 3),
+            "delta tau": interval(delta), "delta": d.mean, "lo": d.lo, "hi": d.hi, "like": like}
+
+def shown_rows(rows: list[dict]) -> list[dict]:
+    "Candidate rows as a report shows them: the paired interval as text, `like` joined, the raw numbers left out."
+    return [{k: v for k, v in r.items() if k not in ("delta", "lo", "hi")} | {"like": ", ".join(r["like"]) or "—"}
+            for r in rows]
+
 # %% ../nbs/13_diagnose.ipynb #04b7bec9
-def _variant_taus(m: DFlashDraftModel, cache: HiddenStateCache, indices, masks) -> dict:
+def _variant_taus(m: DFlashDraftModel, cache: HiddenStateCache, indices) -> dict:
     "{difference: per-prompt chain τ} of `m` as it is ('as is') and under each evaluation-time toggle."
     c = m.config
     means = tap_means(cache, c.fc_layer_ids, indices)
@@ -152,32 +171,26 @@ def _variant_taus(m: DFlashDraftModel, cache: HiddenStateCache, indices, masks) 
     out = {k: r.tau_per_prompt for k, r in res.items()}
     views = {f"attention {a}": m.with_attention(a) for a in ("causal", "bidirectional", "full")
              if c.with_attention(a).layer_attention != c.layer_attention}
-    for other in sorted(masks - {c.mask_token_id}):
-        views[f"mask token {other}"] = copy(m)                    # a view: weights shared, another mask token
-        views[f"mask token {other}"].config = replace(c, mask_token_id=other)
     for k, v in views.items(): out[k] = offline_tau_many(v, cache, {k: None}, indices, budgets=())[k].tau_per_prompt
     return out
 
 def _reproduces(m: DFlashDraftModel, toggle: str, o: DFlashDraftModel) -> bool:
-    "Whether `toggle` of drafter `m` makes it like drafter `o` in that respect (a tap `o` lacks, `o`'s attention or mask)."
+    "Whether `toggle` of drafter `m` makes it like drafter `o` in that respect (a tap `o` lacks, or `o`'s attention)."
     c, oc, what = m.config, o.config, toggle.split()
     if toggle.endswith("zeroed"): return int(what[1]) not in oc.fc_layer_ids
-    if what[0] == "attention": return c.with_attention(what[1]).layer_attention == oc.layer_attention
-    return what[0] == "mask" and int(what[2]) == oc.mask_token_id
+    return what[0] == "attention" and c.with_attention(what[1]).layer_attention == oc.layer_attention
 
 def counterfactuals(models: dict, cache: HiddenStateCache, indices=None) -> list[dict]:
-    "Rows {drafter, difference, tau, delta tau [95% over prompts, paired], like: the drafters it makes it like}."
-    masks, rows = {m.config.mask_token_id for m in models.values()}, []
+    "Rows {drafter, difference, source, tau, delta tau [95% over prompts, paired], like: the drafters it makes it like}."
+    rows = []
     for name, m in models.items():
-        taus = _variant_taus(m, cache, indices, masks)
+        taus = _variant_taus(m, cache, indices)
         base, deepest = taus.pop("as is"), m.config.target_layer_ids[-1]
         for k, xs in taus.items():
             note = " (what a split layout loses at inference)" if m.config.fusion == "fused" and \
                 k == f"tap {deepest} zeroed" else ""
-            delta = [a - b for a, b in zip(xs, base)]
-            rows.append({"drafter": name, "difference": k + note, "tau": round(mean_ci(xs).mean, 3),
-                         "delta tau": interval(delta), "delta": mean_ci(delta).mean,
-                         "like": [o for o, om in models.items() if o != name and _reproduces(m, k, om)]})
+            like = [o for o, om in models.items() if o != name and _reproduces(m, k, om)]
+            rows.append(_delta_row(name, k + note, "counterfactual", xs, base, like))
     return rows
 
 
@@ -209,23 +222,34 @@ def study_answers(facts: dict) -> list[dict]:
 
 # %% ../nbs/13_diagnose.ipynb #d245322f
 def attribution(results: dict, rows: list[dict], a: str, b: str) -> dict:
-    "How much of the τ gap between `a` and `b` (paired per prompt) the largest toggle of a difference between them closes."
+    "The τ gap between `a` and `b` (paired per prompt) and each difference between them that closes a measurable share."
     diffs = [x - y for x, y in zip(results[a].tau_per_prompt, results[b].tau_per_prompt)]
     g = mean_ci(diffs)
     measurable = g.n > 1 and (g.lo > 0 or g.hi < 0)
-    sign = 1.0 if g.mean >= 0 else -1.0       # a toggle closes the gap when it moves a towards b, or b towards a
-    toward = [(r, sign * (-r["delta"] if r["drafter"] == a else r["delta"])) for r in rows
-              if r["drafter"] == a and b in r["like"] or r["drafter"] == b and a in r["like"]]
-    best, moved = max(toward, key=lambda x: x[1], default=(None, 0.0))
-    share = moved / abs(g.mean) if measurable and moved > 0 else 0.0
-    if not measurable: tail = "not measurable on these prompts (its interval holds 0), so nothing is attributed"
-    elif share: tail = (f"{best['drafter']} with {best['difference']} (Δτ {best['delta tau']}) closes {share:.0%} of "
-                        f"it; {g.mean * (1 - share):+.3f} is left to training and data")
-    else: tail = "no toggle of a difference between them closes any of it: it comes from training and data"
-    return {"gap": g.mean, "measurable": measurable, "largest": best and best["difference"],
-            "drafter": best and best["drafter"], "share": share,
-            "line": f"{a} − {b}: τ gap {interval(diffs)} over prompts; {tail}."}
-
+    sign = 1.0 if g.mean >= 0 else -1.0       # a change closes the gap when it moves a towards b, or b towards a
+    ranked = []
+    for r in rows:
+        if not (r["drafter"] == a and b in r["like"] or r["drafter"] == b and a in r["like"]): continue
+        moved = sign * (-r["delta"] if r["drafter"] == a else r["delta"])
+        if moved > 0 and not r["lo"] <= 0 <= r["hi"]:     # its own interval holds 0: not blamed
+            ranked.append({k: r[k] for k in ("drafter", "difference", "source", "delta tau")} |
+                          {"moved": moved, "share": moved / abs(g.mean) if measurable else None})
+    ranked.sort(key=lambda x: -x["moved"])
+    gap = f"{a} − {b}: τ gap {interval(diffs)} over prompts"
+    if not measurable:
+        moves = "".join(f"; {r['difference']} on {r['drafter']} moves it towards the other by Δτ {r['delta tau']}"
+                        for r in ranked[:3])
+        line = f"{gap}: not measurable on these prompts (its interval holds 0){moves or ', and no difference moves either'}"
+    elif ranked:
+        t, rest = ranked[0], g.mean * max(0.0, 1 - ranked[0]["share"])
+        more = "".join(f"; then {r['difference']} on {r['drafter']}, {r['share']:.0%}" for r in ranked[1:4])
+        line = (f"{gap}; {t['difference']} on {t['drafter']} (Δτ {t['delta tau']}) closes {t['share']:.0%} of it{more}"
+                f"; {rest:+.3f} is left to training and data")
+    else: line = f"{gap}; no difference toggled at evaluation closes a measurable share of it: training and data"
+    top = ranked[0] if ranked else {}
+    return {"pair": f"{a} − {b}", "gap": g.mean, "gap tau": interval(diffs), "measurable": measurable,
+            "ranked": ranked, "largest": top.get("difference"), "drafter": top.get("drafter"),
+            "share": top.get("share") or 0.0, "line": line + "."}
 
 # %% ../nbs/13_diagnose.ipynb #ba694ca3
 THETAS = (1e4, 1e5, 1e6, 1e7)          # RoPE theta values published drafters and targets use
@@ -247,31 +271,172 @@ def _readings(m: DFlashDraftModel, cache: HiddenStateCache) -> dict:
             if c.with_attention(a).layer_attention != c.layer_attention}
     return {"tap ids": taps, "RoPE": rope, "attention": attn}
 
-def serving_checks(m: DFlashDraftModel, cache: HiddenStateCache, indices=None) -> list[dict]:
+def reading_rows(name: str, m: DFlashDraftModel, cache: HiddenStateCache, indices=None) -> list[dict]:
+    "Rows (as `counterfactuals`, plus `check`) of every other plausible reading of `m`'s weights against its config."
+    base, rows = _chain_taus(m, cache, indices), []
+    for check, views in _readings(m, cache).items():
+        for reading, v in views.items():
+            rows.append(_delta_row(name, reading, "reading", _chain_taus(v, cache, indices), base, []) |
+                        {"check": check, "configured": mean_ci(base).mean})
+    return rows
+
+def beats_config(r: dict) -> bool:
+    "Whether reading row `r` beats the configured reading: by `MIN_GAIN` τ or more, its interval above 0."
+    return r["lo"] > 0 and r["delta"] >= MIN_GAIN
+
+def serving_checks(m: DFlashDraftModel, cache: HiddenStateCache, indices=None, readings: list | None = None) -> list[dict]:
     "Rows {check, passed (None: not run), measured}: the mask token unseen in the text; no reading beats the config."
     c, rows = m.config, []
     seen = sum(int((cache[i]["input_ids"] == c.mask_token_id).sum()) for i in (indices or range(len(cache))))
     ok = seen == 0                  # the config refuses an id outside the vocabulary at load
     rows.append({"check": "mask token", "passed": ok, "measured": f"id {c.mask_token_id} of vocabulary "
                  f"{c.vocab_size}; {seen} times in the cached text"})
-    base = offline_tau_many(m, cache, {"config": None}, indices, budgets=())["config"].tau_per_prompt
-    for check, views in _readings(m, cache).items():
+    readings = reading_rows("", m, cache, indices) if readings is None else readings
+    for check in _readings(m, cache):
+        views = [r for r in readings if r["check"] == check]
         if not views:                    # tap ids: the cache holds no tap next to the drafter's
             rows.append({"check": check, "passed": None, "measured": "not run: the cache holds no taps shifted by "
                          "±1 from the drafter's (extract those too to run it)"})
             continue
-        better = []
-        for name, v in views.items():
-            xs = offline_tau_many(v, cache, {name: None}, indices, budgets=())[name].tau_per_prompt
-            d = mean_ci([a - b for a, b in zip(xs, base)])
-            if d.n > 1 and d.lo > 0 and d.mean >= MIN_GAIN: better.append((d.mean, name, interval([a - b for a, b in zip(xs, base)])))
-        best = max(better, default=None)
+        base = views[0]["configured"]
+        best = max((r for r in views if beats_config(r)), key=lambda r: r["delta"], default=None)
         rows.append({"check": check, "passed": best is None,
-                     "measured": (f"τ {mean_ci(base).mean:.3f} as configured; {best[1]} gives Δτ {best[2]}: the "
+                     "measured": (f"τ {base:.3f} as configured; {best['difference']} gives Δτ {best['delta tau']}: the "
                                   "config may not be how these weights were trained") if best else
-                     f"τ {mean_ci(base).mean:.3f} as configured; none of {len(views)} other readings does better"})
+                     f"τ {base:.3f} as configured; none of {len(views)} other readings does better"})
     return rows
 
+# %% ../nbs/13_diagnose.ipynb #1b4f9154
+CONFIG_TOGGLES = ("rope_theta", "rope_parameters", "mask_token_id", "target_layer_ids", "tap_convention", "block_size",
+                  "layer_types", "sliding_window", "block_causal", "input_embedding_scale", "output_multiplier",
+                  "final_logit_softcapping")
+PER_LAYER = ("layer_types", "block_causal")     # with another layer count: the architecture note covers them
+ARCHITECTURE = ("kind", "fusion", "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "conv_kernel_size", "conv_group_size", "selector_rank",
+                "selector_top_k")
+
+def config_toggles(models: dict, cache: HiddenStateCache, indices=None) -> tuple[list[dict], list[str]]:
+    "(rows, notes): each config value another drafter has, applied to this one's weights; what cannot be applied, why."
+    rows, notes = [], []
+    for name, m in models.items():
+        base, values = None, {}
+        for other, o in models.items():
+            for f in CONFIG_TOGGLES:
+                mine, theirs = getattr(m.config, f), getattr(o.config, f)
+                if f in PER_LAYER and m.config.num_hidden_layers != o.config.num_hidden_layers: continue
+                if other != name and mine != theirs: values.setdefault((f, repr(theirs)), (theirs, []))[1].append(other)
+        for (f, shown), (theirs, like) in values.items():
+            what = f"{f} {shown} ({', '.join(like)}'s; {name} has {getattr(m.config, f)!r})"
+            try: xs = _chain_taus(with_config(m, **{f: theirs}), cache, indices)
+            except (ValueError, KeyError, IndexError) as e:
+                notes.append(f"{name} with {what}: not measurable ({str(e).splitlines()[0]})")
+                continue
+            base = base or _chain_taus(m, cache, indices)
+            rows.append(_delta_row(name, what, "config", xs, base, like))
+    return rows, notes
+
+def architecture_notes(models: dict) -> list[str]:
+    "The architecture fields the drafters differ in (no evaluation toggle undoes them), with their parameter counts."
+    names = list(models)
+    out = []
+    for f in ARCHITECTURE:
+        vals = {n: getattr(m.config, f) for n, m in models.items()}
+        if len(set(map(repr, vals.values()))) > 1: out.append(f"{f}: " + ", ".join(f"{n} {v}" for n, v in vals.items()))
+    if out:
+        params = ", ".join(f"{n} {param_counts(models[n])['total'] / 1e6:.3f}M" for n in names)
+        out.append(f"the drafter's own parameters: {params}")
+    return out
+
+# %% ../nbs/13_diagnose.ipynb #126fefac
+def weight_parts(model: DFlashDraftModel) -> dict:
+    "{part: tensor} of `model`'s trained weights, in the units a fault hits: each tap's fc columns, each norm, each layer, the selector."
+    c, sd, H = model.config, drafter_state_dict(model), model.config.hidden_size
+    parts = {f"fc tap {t} columns": sd["fc.weight"][:, i * H:(i + 1) * H] for i, t in enumerate(c.fc_layer_ids)}
+    parts |= {"hidden norm": sd["hidden_norm.weight"], "final norm": sd["norm.weight"]}
+    flat = lambda prefix: torch.cat([v.flatten() for k, v in sd.items() if k.startswith(prefix)])
+    parts |= {f"layer {i}": flat(f"layers.{i}.") for i in range(c.num_hidden_layers)}
+    if model.candidate_selector is not None: parts["candidate selector"] = flat("candidate_selector.")
+    return {k: v.detach().float() for k, v in parts.items()}
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    "‖a − b‖ / max(‖a‖, ‖b‖): 0 for equal tensors, about 1.4 for independent ones of one scale."
+    return ((a - b).norm() / max(a.norm(), b.norm(), torch.tensor(1e-30))).item()
+
+def weight_rows(models: dict) -> list[dict]:
+    "Rows {part, <name>: norm, ..., largest difference}: each weight part's norm per drafter, the most different first."
+    parts = {n: weight_parts(m) for n, m in models.items()}
+    rows = []
+    for k in dict.fromkeys(k for p in parts.values() for k in p):
+        have = {n: p[k] for n, p in parts.items() if k in p}
+        pairs = [(a, b) for i, a in enumerate(have.values()) for b in list(have.values())[i + 1:]]
+        rel = max((_rel(a, b) if a.shape == b.shape else 1.0 for a, b in pairs), default=0.0)
+        rows.append({"part": k, **{n: f"{v.norm().item():.4g}" if n in have else "—" for n, v in
+                                   ((n, have.get(n)) for n in parts)},
+                     "largest difference": f"{rel:.1%}" if len(have) > 1 else "—", "rel": rel})
+    return sorted(rows, key=lambda r: -r["rel"])
+
+def head_facts(model: DFlashDraftModel, target_model) -> dict:
+    "{fact: value}: whether the drafter's embeddings and lm_head are the target's own tensors (shared) or copies."
+    same = lambda mine, theirs: ("the target's (shared)" if mine.data_ptr() == theirs.data_ptr() else
+                                 "a copy, equal to the target's" if torch.equal(mine, theirs) else
+                                 "its own, differs from the target's")
+    return {"embeddings": same(model.embed_tokens.weight, target_model.get_input_embeddings().weight),
+            "lm_head": same(model.lm_head.weight, target_model.get_output_embeddings().weight)}
+
+# %% ../nbs/13_diagnose.ipynb #d6b2296c
+def with_part(m: DFlashDraftModel, o: DFlashDraftModel, part: str) -> DFlashDraftModel:
+    "A copy of drafter `m` (target heads shared) whose weight `part` (a `weight_parts` name) is drafter `o`'s."
+    sd, osd, c = dict(drafter_state_dict(m)), drafter_state_dict(o), m.config
+    if part.startswith("fc tap"):
+        t, H = int(part.split()[2]), c.hidden_size
+        i, j = c.fc_layer_ids.index(t), o.config.fc_layer_ids.index(t)
+        w = sd["fc.weight"].clone()
+        w[:, i * H:(i + 1) * H] = osd["fc.weight"][:, j * H:(j + 1) * H]
+        sd["fc.weight"] = w
+    else:
+        prefix = {"hidden norm": "hidden_norm.", "final norm": "norm.", "candidate selector": "candidate_selector."}.get(
+            part, f"layers.{part.split()[-1]}.")
+        sd |= {k: v for k, v in osd.items() if k.startswith(prefix)}
+    new = DFlashDraftModel(c, m.embed_tokens, m.lm_head).to(m.fc.weight.dtype)
+    new.load_state_dict(sd, strict=False)
+    return new.eval()
+
+def weight_toggles(models: dict, cache: HiddenStateCache, indices=None, top: int = 3) -> list[dict]:
+    "Rows of the parts two drafters differing in at most `top` parts differ in: the other's part in this one's place."
+    rows = []
+    for name, m in models.items():
+        mine, base = weight_parts(m), None
+        for other, o in models.items():
+            if other == name: continue
+            theirs = weight_parts(o)
+            differ = sorted(((_rel(v, theirs[k]), k) for k, v in mine.items()
+                             if k in theirs and v.shape == theirs[k].shape and not torch.equal(v, theirs[k])),
+                            reverse=True)
+            if len(differ) > top: continue          # trained apart: every part differs, a swap measures damage
+            for rel, part in differ:
+                base = base or _chain_taus(m, cache, indices)
+                xs = _chain_taus(with_part(m, o, part), cache, indices)
+                rows.append(_delta_row(name, f"{part} from {other} (differs by {rel:.1%})", "weights", xs, base, [other]))
+    return rows
+
+# %% ../nbs/13_diagnose.ipynb #a9b6b316
+def verdict(atts: list[dict], findings: list[dict], architecture: list[str]) -> str:
+    "One sentence: the top cause of the largest gap or a reading that beats a drafter's config, the larger first; else none."
+    x = max(atts, key=lambda x: (x["measurable"], abs(x["gap"])), default=None)
+    f = max(findings, key=lambda r: r["delta"], default=None)
+    if f and not (x and x["ranked"] and x["ranked"][0]["moved"] > f["delta"]):    # the larger effect speaks first
+        return (f"{f['drafter']} reads better as {f['difference']} than as configured (Δτ {f['delta tau']}): its config "
+                "is not how its weights were trained.")
+    if not x: return "no other reading of the drafter's weights does better than its config."
+    if x["ranked"]:
+        t = x["ranked"][0]
+        if x["measurable"]: return (f"{t['difference']} on {t['drafter']} closes {t['share']:.0%} of the {x['pair']} "
+                                    f"τ gap {x['gap tau']} (Δτ {t['delta tau']}).")
+        return (f"{t['difference']} on {t['drafter']} moves it towards the other by Δτ {t['delta tau']}; the "
+                f"{x['pair']} gap itself (τ {x['gap tau']}) is not measurable on these prompts.")
+    arch = f"; the architectures differ ({'; '.join(architecture)}), which no evaluation toggle undoes" if architecture else ""
+    if not x["measurable"]: return f"no measurable gap between the drafters on these prompts ({x['pair']}: τ {x['gap tau']}){arch}."
+    return f"no single cause: the remaining {x['pair']} gap (τ {x['gap tau']}) is training and data{arch}."
 
 # %% ../nbs/13_diagnose.ipynb #a5e2acea
 LIVE_FLOOR = 1e-4      # relative error two extractions of one cache may differ by whatever their dtypes
@@ -392,25 +557,39 @@ def diagnose(drafters: dict, cache: HiddenStateCache, target_model, out, target=
         raise ValueError("online τ, the live-target checks and the overfit gate run the whole target: give target=.")
     out.mkdir(parents=True, exist_ok=True)
     paths = {n: _drafter_path(p) for n, p in drafters.items()}
-    models = load_drafters({n: ck for n, (ck, _) in paths.items()}, target_model)
-    facts = {n: drafter_facts(m) | (run_facts(paths[n][1]) if paths[n][1] else {}) for n, m in models.items()}
+    models = {n: DFlashDraftModel.from_pretrained(ck, target_model=target_model).eval() for n, (ck, _) in paths.items()}
+    facts = {n: drafter_facts(m) | head_facts(m, target_model) | (run_facts(paths[n][1]) if paths[n][1] else {})
+             for n, m in models.items()}
     results = measure(models, cache, budgets, indices, sampling, target_model)
     live = measure_online(models, target, cache, online, sampling) if online else None
-    cf = counterfactuals(models, cache, indices)
-    names = list(models)
-    atts = [attribution(results, cf, a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    readings = {n: reading_rows(n, m, cache, indices) for n, m in models.items()}
+    toggles, notes = config_toggles(models, cache, indices)
+    changes = counterfactuals(models, cache, indices) + toggles + weight_toggles(models, cache, indices)
+    names, arch = list(models), architecture_notes(models)
+    atts = [attribution(results, changes, a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    findings = [r for rs in readings.values() for r in rs if beats_config(r)]
+    line = verdict(atts, findings, arch)
     ax = plot_acceptance(list(results.values()))
     atomic_write(out / "acceptance.png", lambda p: ax.figure.savefig(p, format="png", dpi=80))
     plt.close(ax.figure)
-    shown = [{k: v for k, v in r.items() if k != "delta"} | {"like": ", ".join(r["like"]) or "—"} for r in cf]
-    text = "\n\n".join(["# Diagnosis: " + ", ".join(names), "## The drafters side by side (differences first)",
-                        markdown_table(diff_rows(facts)), "## Measured on the same prompts",
-                        markdown_table(measure_rows(results, live)), "![acceptance](acceptance.png)",
-                        "## Counterfactuals (Δτ per prompt, paired, 95% interval)", markdown_table(shown),
-                        "## The gap, attributed", "\n".join(f"- {x['line']}" for x in atts)]) + "\n"
+    weights = [{k: v for k, v in r.items() if k != "rel"} for r in weight_rows(models)]
+    ranked = "".join(f"\n\n{x['pair']}, ranked (shares are not additive):\n\n" + markdown_table(
+        [{k: v for k, v in r.items() if k != "moved"} | {"share": f"{r['share']:.0%}" if r["share"] is not None else "—"}
+         for r in x["ranked"]])
+        for x in atts if x["ranked"])
+    text = "\n\n".join(["# Diagnosis: " + ", ".join(names), f"**Verdict:** {line}",
+                        "## The drafters side by side (differences first)", markdown_table(diff_rows(facts)),
+                        "## Their weights side by side (the most different first)", markdown_table(weights),
+                        "## Measured on the same prompts", markdown_table(measure_rows(results, live)),
+                        "![acceptance](acceptance.png)",
+                        "## Differences toggled at evaluation (Δτ per prompt, paired, 95% interval)",
+                        markdown_table(shown_rows(changes)) if changes else "none",
+                        "## The gap, attributed", "\n".join(f"- {x['line']}" for x in atts) + ranked +
+                        "".join(f"\n- architecture: {a}" for a in arch) +
+                        "".join(f"\n- not applied: {n}" for n in notes)]) + "\n"
     if answers := study_answers(facts):
         text += "\n## Differences only training can change\n\n" + markdown_table(answers) + "\n"
-    checks = [{"drafter": n} | r for n, m in models.items() for r in serving_checks(m, cache, indices)]
+    checks = [{"drafter": n} | r for n, m in models.items() for r in serving_checks(m, cache, indices, readings[n])]
     cache_checks = live_checks(cache, target, max(2, min(online, 8))) if online else []
     tvs = {n: train_vs_serve(results[n], run, online=live and live[n]) for n, (_, run) in paths.items() if run}
     text += "\n## Served as trained?\n\n" + markdown_table(checks) + "\n"
@@ -419,9 +598,10 @@ def diagnose(drafters: dict, cache: HiddenStateCache, target_model, out, target=
     gates = {n: overfit_gate(m, target, cache, work=out / f"overfit-{i}")
              for i, (n, m) in enumerate(models.items())} if overfit else {}
     if gates: text += "\n## The overfit gate\n\n" + markdown_table([{"drafter": n} | g for n, g in gates.items()]) + "\n"
-    record = {"facts": facts, "measured": measure_rows(results, live), "online": live, "counterfactuals": cf,
-              "attribution": atts, "study_answers": answers, "checks": checks, "cache_checks": cache_checks,
-              "train_vs_serve": tvs, "overfit": gates}
+    record = {"verdict": line, "facts": facts, "weights": weights, "measured": measure_rows(results, live),
+              "online": live, "counterfactuals": changes, "readings": readings, "attribution": atts,
+              "architecture": arch, "not applied": notes, "study_answers": answers, "checks": checks,
+              "cache_checks": cache_checks, "train_vs_serve": tvs, "overfit": gates}
     atomic_write(out / "diagnosis.json", lambda p: p.write_text(json.dumps(record, indent=1)))
     return atomic_write(out / "report.md", lambda p: p.write_text(text))
 

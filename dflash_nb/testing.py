@@ -234,7 +234,7 @@ def save_vl_layout(model, out_dir) -> Path:
 # %% ../nbs/90_testing.ipynb #3e3d46df
 def assert_close(a, b, terms: int = 1, magnitude=None, dtype=None, ops: int = 4):
     "Assert max |a - b| <= ops · terms · eps(dtype) · magnitude; dtype: `a`'s (floats: float32), magnitude: max |b|."
-    a, b = torch.as_tensor(a), torch.as_tensor(b)
+    a, b = torch.as_tensor(a).detach(), torch.as_tensor(b).detach()
     if a.dim() and b.dim() and a.shape != b.shape: raise AssertionError(f"shapes differ: {a.shape} vs {b.shape}")
     dtype = dtype or (a.dtype if a.is_floating_point() else torch.float32)
     scale = float(b.abs().max()) if magnitude is None and b.numel() else float(magnitude or 0.0)

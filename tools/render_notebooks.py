@@ -51,7 +51,8 @@ def kernel_env(rc_dir: Path) -> dict:
     "Environment for the kernel: this checkout imported first, small figures, one thread (the same sums on any CPU)."
     (rc_dir / "matplotlibrc").write_text(MATPLOTLIBRC)
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return {"PYTHONPATH": path, "MATPLOTLIBRC": str(rc_dir), "OMP_NUM_THREADS": "1"}
+    return {"PYTHONPATH": path, "MATPLOTLIBRC": str(rc_dir), "OMP_NUM_THREADS": "1",
+            "MPLBACKEND": "module://matplotlib_inline.backend_inline"}    # figures inline, whatever the shell sets
 
 
 def execute(nb, path: Path, skip: set, timeout: int):
@@ -171,10 +172,12 @@ def render(path: Path, timeout: int) -> bool:
 
 
 def shown_text(cell) -> str:
-    "What a reader sees of `cell`'s outputs, as text: streams and text/markdown/plain results; a figure as `<figure>`."
+    "What a reader sees of `cell`'s outputs, as text: stdout and text/markdown/plain results; a figure as `<figure>`."
     text = ""
     for o in cell.get("outputs", []):
-        if o.output_type == "stream": text += o.text          # one stream may arrive in any number of pieces
+        if o.output_type == "stream":
+            if o.name == "stdout": text += o.text              # one stream may arrive in any number of pieces
+            continue                                           # stderr: warnings, naming this machine's paths
         elif o.output_type == "error": text += f"\n{o.ename}: {o.evalue}\n"
         else:
             data = o.get("data", {})
