@@ -120,7 +120,8 @@ def measure_rows(results: dict, online: dict | None = None) -> list[dict]:
         row |= {f"DDTree-{b}, over prompts": interval(xs) for b, xs in r.tree_per_prompt.items()}
         row |= {f"acc@{k}": round(r.acc_cum[k - 1], 3) for k in (1, 2, 4) if k <= len(r.acc_cum)}
         rows.append(row)
-    return rows
+    keys = list(dict.fromkeys(k for r in rows for k in r))       # drafters of other block sizes: other DDTree-(B-1)
+    return [{k: r.get(k, "—") for k in keys} for r in rows]
 
 # %% ../nbs/13_diagnose.ipynb #a7679478
 def measure_online(models: dict, target, cache: HiddenStateCache, n: int = 4, sampling=None) -> dict:
