@@ -350,18 +350,26 @@ def architecture_notes(models: dict) -> list[str]:
 
 # %% ../nbs/13_diagnose.ipynb #126fefac
 def weight_parts(model: DFlashDraftModel) -> dict:
-    "{part: tensor} of `model`'s trained weights, in the units a fault hits: each tap's fc columns, each norm, each layer, the selector."
+    "{part: [tensor, ...]} of `model`'s own weights (views, no copies) in the units a fault hits: each tap's fc columns, each norm, each layer, the selector."
     c, sd, H = model.config, drafter_state_dict(model), model.config.hidden_size
-    parts = {f"fc tap {t} columns": sd["fc.weight"][:, i * H:(i + 1) * H] for i, t in enumerate(c.fc_layer_ids)}
-    parts |= {"hidden norm": sd["hidden_norm.weight"], "final norm": sd["norm.weight"]}
-    flat = lambda prefix: torch.cat([v.flatten() for k, v in sd.items() if k.startswith(prefix)])
-    parts |= {f"layer {i}": flat(f"layers.{i}.") for i in range(c.num_hidden_layers)}
-    if model.candidate_selector is not None: parts["candidate selector"] = flat("candidate_selector.")
-    return {k: v.detach().float() for k, v in parts.items()}
+    parts = {f"fc tap {t} columns": [sd["fc.weight"][:, i * H:(i + 1) * H]] for i, t in enumerate(c.fc_layer_ids)}
+    parts |= {"hidden norm": [sd["hidden_norm.weight"]], "final norm": [sd["norm.weight"]]}
+    group = lambda prefix: [v for k, v in sd.items() if k.startswith(prefix)]
+    parts |= {f"layer {i}": group(f"layers.{i}.") for i in range(c.num_hidden_layers)}
+    if model.candidate_selector is not None: parts["candidate selector"] = group("candidate_selector.")
+    return parts
 
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    "‖a − b‖ / max(‖a‖, ‖b‖): 0 for equal tensors, about 1.4 for independent ones of one scale."
-    return ((a - b).norm() / max(a.norm(), b.norm(), torch.tensor(1e-30))).item()
+def _norm(ts) -> float:
+    "‖ts‖ over a part's tensors, one float32 tensor at a time (a 27B drafter's layer is never copied whole)."
+    return sum(t.detach().float().pow(2).sum().item() for t in ts) ** 0.5
+
+def _same_shape(a, b) -> bool: return [t.shape for t in a] == [t.shape for t in b]
+def _equal(a, b) -> bool: return _same_shape(a, b) and all(torch.equal(x, y) for x, y in zip(a, b))
+
+def _rel(a, b) -> float:
+    "‖a − b‖ / max(‖a‖, ‖b‖) of two parts of one shape: 0 when equal, about 1.4 for independent ones of one scale."
+    diff = [x.detach().float() - y.detach().float() for x, y in zip(a, b)]
+    return _norm(diff) / max(_norm(a), _norm(b), 1e-30)
 
 def weight_rows(models: dict) -> list[dict]:
     "Rows {part, <name>: norm, ..., largest difference}: each weight part's norm per drafter, the most different first."
@@ -370,9 +378,8 @@ def weight_rows(models: dict) -> list[dict]:
     for k in dict.fromkeys(k for p in parts.values() for k in p):
         have = {n: p[k] for n, p in parts.items() if k in p}
         pairs = [(a, b) for i, a in enumerate(have.values()) for b in list(have.values())[i + 1:]]
-        rel = max((_rel(a, b) if a.shape == b.shape else 1.0 for a, b in pairs), default=0.0)
-        rows.append({"part": k, **{n: f"{v.norm().item():.4g}" if n in have else "—" for n, v in
-                                   ((n, have.get(n)) for n in parts)},
+        rel = max((_rel(a, b) if _same_shape(a, b) else 1.0 for a, b in pairs), default=0.0)
+        rows.append({"part": k, **{n: f"{_norm(have[n]):.4g}" if n in have else "—" for n in parts},
                      "largest difference": f"{rel:.1%}" if len(have) > 1 else "—", "rel": rel})
     return sorted(rows, key=lambda r: -r["rel"])
 
@@ -386,20 +393,19 @@ def head_facts(model: DFlashDraftModel, target_model) -> dict:
 
 # %% ../nbs/13_diagnose.ipynb #d6b2296c
 def with_part(m: DFlashDraftModel, o: DFlashDraftModel, part: str) -> DFlashDraftModel:
-    "A copy of drafter `m` (target heads shared) whose weight `part` (a `weight_parts` name) is drafter `o`'s."
-    sd, osd, c = dict(drafter_state_dict(m)), drafter_state_dict(o), m.config
+    "A copy of drafter `m` (own tensors, target heads shared) whose weight `part` (a `weight_parts` name) is `o`'s."
+    sd, osd, c = {k: v.clone() for k, v in drafter_state_dict(m).items()}, drafter_state_dict(o), m.config
     if part.startswith("fc tap"):
         t, H = int(part.split()[2]), c.hidden_size
         i, j = c.fc_layer_ids.index(t), o.config.fc_layer_ids.index(t)
-        w = sd["fc.weight"].clone()
-        w[:, i * H:(i + 1) * H] = osd["fc.weight"][:, j * H:(j + 1) * H]
-        sd["fc.weight"] = w
+        sd["fc.weight"][:, i * H:(i + 1) * H] = osd["fc.weight"][:, j * H:(j + 1) * H]
     else:
         prefix = {"hidden norm": "hidden_norm.", "final norm": "norm.", "candidate selector": "candidate_selector."}.get(
             part, f"layers.{part.split()[-1]}.")
-        sd |= {k: v for k, v in osd.items() if k.startswith(prefix)}
-    new = DFlashDraftModel(c, m.embed_tokens, m.lm_head).to(m.fc.weight.dtype)
-    new.load_state_dict(sd, strict=False)
+        sd |= {k: v.clone() for k, v in osd.items() if k.startswith(prefix)}
+    with torch.device("meta"): new = DFlashDraftModel(c)                  # no float32 initialisation of a copy
+    new.load_state_dict(sd, strict=False, assign=True)
+    new.attach_shared(m.embed_tokens, m.lm_head)
     return new.eval()
 
 def weight_toggles(models: dict, cache: HiddenStateCache, indices=None, top: int = 3) -> list[dict]:
@@ -411,7 +417,7 @@ def weight_toggles(models: dict, cache: HiddenStateCache, indices=None, top: int
             if other == name: continue
             theirs = weight_parts(o)
             differ = sorted(((_rel(v, theirs[k]), k) for k, v in mine.items()
-                             if k in theirs and v.shape == theirs[k].shape and not torch.equal(v, theirs[k])),
+                             if k in theirs and _same_shape(v, theirs[k]) and not _equal(v, theirs[k])),
                             reverse=True)
             if len(differ) > top: continue          # trained apart: every part differs, a swap measures damage
             for rel, part in differ:

@@ -19,6 +19,11 @@ def stored_images(name: str) -> int:
                if {"image/png", "image/svg+xml"} & set(o.get("data", {})))
 
 
+def loaded_images(page) -> int:
+    "`<img>` elements on `page` that loaded a real picture (complete, wider than 100 px)."
+    return page.locator("img").evaluate_all("es => es.filter(e => e.complete && e.naturalWidth > 100).length")
+
+
 def first_line(doc: str) -> str:
     "A docstring's first line as a page shows it (markdown backticks rendered as code, so gone from the text)."
     return doc.strip().splitlines()[0].replace("`", "")
@@ -100,15 +105,13 @@ def test_explorer_page_plots_and_signatures(site):
         page.goto((out / page_of("explore", "explorer_update")).as_uri())
         imgs = page.locator("img")
         assert imgs.count() >= want, (imgs.count(), want)
-        loaded = imgs.evaluate_all("es => es.filter(e => e.complete && e.naturalWidth > 100).length")
-        assert loaded >= want, (loaded, want)
+        assert loaded_images(page) >= want, (loaded_images(page), want)
         entry = api_entry(page, "explorer_update")
         assert first_line(explorer_update.__doc__) in entry, entry
         assert re.search(r"explorer_update\s*\(\s*ex\s*:\s*TapExplorer,\s*layout\s*:\s*str", entry), entry
         assert missing_entries(page, "explore") == []
         imgs.first.scroll_into_view_if_needed()
         page.screenshot(path=str(artifacts_dir() / "docs-09_explore_taps.png"))
-
 
 
 def test_diagnose_page_table_and_plot(site):
@@ -123,9 +126,7 @@ def test_diagnose_page_table_and_plot(site):
         facts = page.locator("table", has_text="fc taps")                 # diff_rows' table, shown as markdown
         assert facts.count() >= 1, "no facts table on the page"
         assert "fusion" in facts.first.inner_text()
-        imgs = page.locator("img")
-        loaded = imgs.evaluate_all("es => es.filter(e => e.complete && e.naturalWidth > 100).length")
-        assert loaded >= want, (loaded, want)
+        assert loaded_images(page) >= want, (loaded_images(page), want)
         assert first_line(diagnose.__doc__) in api_entry(page, "diagnose")
         facts.first.scroll_into_view_if_needed()
         page.screenshot(path=str(artifacts_dir() / "docs-13_diagnose.png"))
