@@ -1,6 +1,6 @@
 """Run every benchmark under bench/ and print one table: bench | metric | value (| goal | ok where the bench has them).
 
-    python bench/run_all.py [--only model extract train decode retrofit replay explorer loss_memory] [--quick]
+    python bench/run_all.py [--only model extract train decode retrofit replay explorer loss_memory bf16_heads] [--quick]
 Each bench runs in its own process, one after the other (this machine is shared and noisy: ratios measured within
 one run are the figures to trust, not absolute times).
 """
@@ -9,11 +9,12 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 BENCHES = {"model": [], "extract": [], "train": [], "decode": [], "retrofit": [], "replay": [], "explorer": [],
-           "loss_memory": []}
+           "loss_memory": [], "bf16_heads": []}
 QUICK = {"model": ["--anchors", "256", "--seq", "384"], "extract": ["--tokens", "10000", "--repeats", "1"],
          "train": ["--steps", "40", "--prompts", "32"], "decode": ["--prompts", "6", "--train-steps", "100"],
          "retrofit": ["--steps", "30"], "replay": ["--prompts", "6", "--repeats", "1"], "explorer": ["--moves", "6"],
-         "loss_memory": ["--toy-anchors", "64", "--repeats", "2"]}
+         "loss_memory": ["--toy-anchors", "64", "--repeats", "2"],
+         "bf16_heads": ["--samples", "1", "--tokens", "40", "--steps", "1", "--limit-s", "300"]}
 
 
 def table_rows(text: str) -> list[list[str]]:

@@ -143,7 +143,9 @@ def make_optimizer(cfg: TrainConfig, model: nn.Module, foreach: bool | None = No
 def load_run_inputs(cfg: TrainConfig, device: torch.device, rank: int, world: int, target=None, data=None) -> tuple:
     "(target, data, drafter config) of `cfg`'s run: loaded unless given."
     data = HiddenStateCache(cfg.cache, verify=None if cfg.verify_cache else False) if data is None and cfg.cache else data
-    if target is None and data is not None: target = load_target_heads(cfg.target, device=device)
+    if target is None and data is not None:
+        target = load_target_heads(cfg.target, device=device)
+        if rank == 0 and target.model.compute: print(f"dflash-train: {target.model.compute}", flush=True)
     if target is None:                                                       # online: the run runs the target
         dtype = torch.bfloat16 if device.type == "cuda" and cfg.bf16 else torch.float32
         target = load_target(cfg.target, dtype=dtype, device=device)

@@ -651,6 +651,7 @@ def diagnose_main(argv=None) -> None:
         if len(set(names)) < len(names):
             raise ValueError(f"Two drafters are both named {names}: give --names.")
         cache, heads = HiddenStateCache(a.cache), load_target_heads(a.target)
+        if heads.model.compute: print(f"dflash-diagnose: {heads.model.compute}", flush=True)
         idx = range(min(a.limit, len(cache))) if a.limit else None
         full = load_target(a.target) if a.overfit or a.online else None
         settings = DiagnoseSettings(tuple(a.budgets), idx, a.online, a.overfit, sampling)

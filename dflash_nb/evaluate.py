@@ -19,6 +19,7 @@ from matplotlib.ticker import MaxNLocator
 from tqdm.auto import tqdm
 from .config import ATTENTION_MODES
 from .model import DFlashDraftModel, ContextCache, param_counts, describe_drafter
+from .ops import compute_dtype
 from .drafting import BlockDrafts
 from .trees import DraftTree, Lattice, build_tree, grow_tree, lattice_tree, walk_tree
 from .objective import acceptance_counts, acceptance_metrics
@@ -31,12 +32,12 @@ from .cache import HiddenStateCache, check_compatible
 from .cli import refusals
 
 # %% auto #0
-__all__ = ['SPANS', 'ROW_BYTES', 'BLOCKS_PER_CALL', 'REPLAY_ROWS', 'SHOW', 'accept_chain', 'accept_tree', 'replay', 'pad_stack',
-           'prompt_contexts', 'blocks_per_call', 'BlocksAndTruths', 'blocks_and_truths', 'replay_prompts',
-           'OfflineResult', 'round_acceptance', 'offline_result', 'offline_tau_many', 'offline_tau', 'selector_slots',
-           'anchor_overlaps', 'expected_acceptance', 'comparison_rows', 'eval_tables', 'plot_acceptance',
-           'load_drafters', 'with_selector_off', 'compare', 'add_sampling_options', 'eval_parser', 'eval_sampling',
-           'eval_main']
+__all__ = ['SPANS', 'ROW_BYTES', 'BLOCKS_PER_CALL', 'HEAD_CALL_ROWS', 'FIRST_SLOTS', 'REPLAY_ROWS', 'SHOW', 'accept_chain',
+           'accept_tree', 'replay', 'pad_stack', 'prompt_contexts', 'blocks_per_call', 'BlocksAndTruths',
+           'blocks_and_truths', 'replay_prompts', 'OfflineResult', 'round_acceptance', 'offline_result',
+           'offline_tau_many', 'offline_tau', 'selector_slots', 'anchor_overlaps', 'expected_acceptance',
+           'comparison_rows', 'eval_tables', 'plot_acceptance', 'load_drafters', 'with_selector_off', 'compare',
+           'add_sampling_options', 'eval_parser', 'eval_sampling', 'eval_main']
 
 # %% ../nbs/06_evaluate.ipynb #f04e61d2
 def accept_chain(logits: torch.Tensor, truth: torch.Tensor) -> int:
@@ -107,8 +108,10 @@ def _chain_accepts(model: DFlashDraftModel, hidden, truth: torch.Tensor, anchor_
     return got
 
 # %% ../nbs/06_evaluate.ipynb #5cbc8cce
-def _tree_accepts(model: DFlashDraftModel, h: torch.Tensor, asks: list, anchor_tokens=None) -> list[int]:
-    "Accepted drafts of each ask (j, truth, rule) on block j of `h` [n, slots, H] (`Lattice` rules: after `anchor_tokens`)."
+def _tree_accepts(model: DFlashDraftModel, h: torch.Tensor, asks: list, anchor_tokens=None,
+                  partial: bool = False) -> list[int | None]:
+    """Accepted drafts of each ask (j, truth, rule) on block j of `h` [n, slots, H] (`Lattice` rules: after
+    `anchor_tokens`); `partial`: `h` holds the first slots of longer blocks, so a tree reaching the last is None."""
     got, slots, rules = {}, h.shape[1], list(dict.fromkeys(b for _, _, b in asks))
     if any(not isinstance(b, Lattice) for b in rules):    # the lm_head and log-softmax once per block
         lp = model.logits(h).float().cpu().log_softmax(-1)
@@ -122,7 +125,8 @@ def _tree_accepts(model: DFlashDraftModel, h: torch.Tensor, asks: list, anchor_t
             trees = [grow_tree(lps, toks, b) for lps, toks in zip(top_lp.tolist(), top_tok)]
         for k, tree in zip(ks, trees):
             truth = asks[k][1][:slots]
-            got[k] = _walk_len(tree, truth[truth >= 0], slots)
+            deep = partial and int(tree.depths.max()) == slots     # it would have read the slot after: unknown here
+            got[k] = None if deep else _walk_len(tree, truth[truth >= 0], slots)
     return [got[k] for k in range(len(asks))]
 
 
@@ -130,10 +134,13 @@ def _tree_accepts(model: DFlashDraftModel, h: torch.Tensor, asks: list, anchor_t
 ROW_BYTES = 2 ** 28        # the logits (or gathered context K/V) of one batched call stay under this size
 BLOCKS_PER_CALL = 128      # blocks drafted per call: the context K/V they gather stays cache-sized
 
-def blocks_per_call(model: DFlashDraftModel, ctx: ContextCache) -> int:
-    "Blocks drafted per call: at most `BLOCKS_PER_CALL`, and their logits and context K/V copies fit in `ROW_BYTES`."
-    kv = sum(2 * k[0].numel() * k.element_size() for k, _ in ctx.kv)
-    return max(1, min(BLOCKS_PER_CALL, ROW_BYTES // max(4 * model.config.block_size * model.config.vocab_size, kv)))
+def blocks_per_call(model: DFlashDraftModel, ctx: ContextCache, whole: bool = False) -> int:
+    """Blocks drafted per call: at most `BLOCKS_PER_CALL`, and the logits it forms (of every slot if `whole`, else of
+    the chain's widest span, or every slot where DFlash 2's selector walks whole blocks) and its context K/V fit `ROW_BYTES`."""
+    B, kv = model.config.block_size, sum(2 * k[0].numel() * k.element_size() for k, _ in ctx.kv)
+    slots = B - 1 if whole or model.candidate_selector is not None else max(min(hi or B, B - 1) - lo for lo, hi in SPANS
+                                                                             if lo < B - 1)
+    return max(1, min(BLOCKS_PER_CALL, ROW_BYTES // max(4 * slots * model.config.vocab_size, kv)))
 
 # %% ../nbs/06_evaluate.ipynb #66d71ea5
 @dataclass
@@ -144,6 +151,8 @@ class BlocksAndTruths:
     truths: torch.Tensor             # [n, B-1] the tokens after each anchor, -1 past the end
     anchor_tokens: torch.Tensor      # [n] the tokens at the anchors
     chain_accepted: list             # [n] the greedy chain's accepted drafts ([] if not asked)
+    scored: dict = field(default_factory=dict)   # {(index, DDTree rule): accepted drafts} scored so far
+    deep: set = field(default_factory=set)       # (index, rule) whose tree reads more than `FIRST_SLOTS` slots
 
 def blocks_and_truths(model: DFlashDraftModel, ctx: ContextCache, input_ids: list, anchors: list,
                       chain: bool = True) -> BlocksAndTruths:
@@ -158,18 +167,36 @@ def blocks_and_truths(model: DFlashDraftModel, ctx: ContextCache, input_ids: lis
     return BlocksAndTruths({a: j for j, a in enumerate(anchors)}, blocks, truths, ids[r, p], accepts)
 
 # %% ../nbs/06_evaluate.ipynb #6ce0b939
+HEAD_CALL_ROWS = 64      # an lm_head call reads all of the lm_head: up to about this many rows cost what one row costs
+
+def _ahead(d: BlocksAndTruths, j: int, n: int) -> list[int]:
+    "Block `j` of `d` and the blocks at up to `n - 1` next anchors of its row that this window drafted."
+    row, p = list(d.index)[j]                       # the index lists the anchors in block order
+    return [k for k in (d.index.get((row, p + o)) for o in range(n)) if k is not None]
+
+FIRST_SLOTS = 2         # DDTree reads a block's slots in order; an unsure drafter's trees stop within the first ones
+
+def _score(model: DFlashDraftModel, d: BlocksAndTruths, todo: list, slots: int, partial: bool):
+    """Score DDTree asks `todo` [(block, rule)] of `d`, and the next anchors' while the call has room, on `slots` slots
+    (`partial`: fewer than their trees may read; a tree that reaches the last is marked `deep`, not scored)."""
+    n = max(1, HEAD_CALL_ROWS // (slots * len(todo)))
+    asks = list(dict.fromkeys((k, b) for j, b in todo for k in _ahead(d, j, n)
+                              if (k, b) not in d.scored and not (partial and (k, b) in d.deep)))
+    used = list(dict.fromkeys(k for k, _ in asks))
+    h, row = d.blocks.hidden(torch.tensor(used, device=model.device), 0, slots), {j: r for r, j in enumerate(used)}
+    got = _tree_accepts(model, h, [(row[k], d.truths[k], b) for k, b in asks], d.anchor_tokens[used], partial)
+    for ask, n in zip(asks, got):
+        if n is None: d.deep.add(ask)
+        else: d.scored[ask] = n
+
 def _accepted(model: DFlashDraftModel, d: BlocksAndTruths, js: list, budgets: list) -> list[int]:
     "Accepted drafts of rounds at blocks `js` of `d`, each under its rule: the chain's looked up, DDTree's scored."
-    got = [d.chain_accepted[j] if b is None else None for j, b in zip(js, budgets)]
-    tree = [k for k, b in enumerate(budgets) if b is not None]
-    if tree:                         # the last layer and the lm_head run only on the blocks and slots these rounds use
-        used = list(dict.fromkeys(js[k] for k in tree))
-        depth = min(max(getattr(budgets[k], "budget", budgets[k]) for k in tree), d.truths.shape[1])
-        h, row = d.blocks.hidden(torch.tensor(used, device=model.device), 0, depth), {j: r for r, j in enumerate(used)}
-        asks = [(row[js[k]], d.truths[js[k]], budgets[k]) for k in tree]
-        for k, n in zip(tree, _tree_accepts(model, h, asks, d.anchor_tokens[used])):
-            got[k] = n
-    return got
+    todo = list(dict.fromkeys((j, b) for j, b in zip(js, budgets) if b is not None and (j, b) not in d.scored))
+    depth = min(max((getattr(b, "budget", b) for _, b in todo), default=1), d.truths.shape[1])
+    first = [a for a in todo if not isinstance(a[1], Lattice) and a not in d.deep]
+    if first and FIRST_SLOTS < depth: _score(model, d, first, FIRST_SLOTS, True)   # most trees need no more
+    if rest := [a for a in todo if a not in d.scored]: _score(model, d, rest, depth, False)
+    return [d.chain_accepted[j] if b is None else d.scored[(j, b)] for j, b in zip(js, budgets)]
 
 @torch.no_grad()
 def replay_prompts(model: DFlashDraftModel, input_ids: list, ctx: ContextCache, starts: list,
@@ -333,12 +360,12 @@ def anchor_overlaps(model: DFlashDraftModel, cache: HiddenStateCache, target_mod
         ids, finals = [r["input_ids"] for r in recs], [r["final"] for r in recs]
         ctx = prompt_contexts(model, [cache.taps_for(i, c.fc_layer_ids) for i in group])
         anchors = [(k, p) for k, r in enumerate(recs) for p in range(_start(r["loss_mask"]), len(r["input_ids"]) - 1)]
-        for part in _groups(anchors, blocks_per_call(model, ctx)):
+        for part in _groups(anchors, blocks_per_call(model, ctx, whole=True)):
             d = blocks_and_truths(model, ctx, ids, part, chain=False)
             live = d.truths >= 0                                              # slots inside the response
             pos = torch.tensor([p for _, p in part])[:, None] + torch.arange(c.block_size - 1)   # the state before slot k
             final = torch.stack([finals[k][pos[j].clamp(max=len(ids[k]) - 1)] for j, (k, _) in enumerate(part)])
-            p = sampling.probs(head(norm(final.to(head.weight.device, head.weight.dtype))))
+            p = sampling.probs(head(norm(final.to(head.weight.device, compute_dtype(head)))))
             prev = torch.cat([d.anchor_tokens[:, None], d.truths[:, :-1].clamp(min=0)], 1)   # teacher-forced
             a = _overlap(model, d.blocks.hidden(None, 0, None), p.to(dev), prev.to(dev), sampling.temperature)
             alphas.append(a.cpu() * live)
@@ -530,6 +557,7 @@ def _evaluate(a: argparse.Namespace) -> list:
     sampling = eval_sampling(a)
     cache = HiddenStateCache(a.cache, verify=False if a.no_verify else None)   # None: verified unless the env says no
     target = load_target_heads(a.target, dtype=a.target_dtype)
+    if target.model.compute: print(f"dflash-eval: {target.model.compute}", flush=True)
     idx = range(min(a.limit, len(cache))) if a.limit else None
     models = load_drafters(dict(zip(a.names, a.checkpoint)) if a.names else a.checkpoint, target.model, a.attention)
     rows, results, _ = compare(models, cache, target.model, tuple(a.budgets), idx, ("describe", "progress"), sampling)

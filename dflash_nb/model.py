@@ -14,6 +14,7 @@ from fastcore.basics import patch
 from .config import DFlashConfig
 from .hub import save_hub_config, read_hub_config, write_drafter_tensors, read_drafter_tensors, hub_drafter_config
 from .ops import RMSNorm, rope_inv_freq, rope_cos_sin, apply_rope, SwiGLU, dflash_mask_mod, make_attend
+from .ops import compute_dtype
 from .dflash2 import DynamicConv, CandidateSelector, unary_scores
 
 # %% auto #0
@@ -235,9 +236,9 @@ def embed_blocks(self: DFlashDraftModel, anchor_tokens: torch.Tensor) -> torch.T
 # %% ../nbs/01_model.ipynb #05eca836
 @patch
 def logits(self: DFlashDraftModel, h: torch.Tensor) -> torch.Tensor:
-    "The target's lm_head on drafter hidden states `h` [..., H] as one [rows, H] product, in the lm_head's dtype."
+    "The target's lm_head on drafter hidden states `h` [..., H] as one [rows, H] product, in the lm_head's compute dtype."
     self.check_target()
-    x = h.to(self.lm_head.weight.dtype)          # the target is never cast
+    x = h.to(compute_dtype(self.lm_head))        # the target is never cast
     return self.lm_head(x.reshape(-1, x.shape[-1])).unflatten(0, x.shape[:-1])
 
 # %% ../nbs/01_model.ipynb #11aa5ce7

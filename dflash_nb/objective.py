@@ -13,6 +13,7 @@ from typing import NamedTuple
 import torch, torch.nn as nn, torch.nn.functional as F
 from .config import DFlashConfig, TrainConfig
 from .model import DFlashDraftModel
+from .ops import compute_dtype
 from .dflash2 import unary_scores
 from .batches import Batch, make_batch, step_generator
 from .distributed import all_sum
@@ -38,7 +39,7 @@ def target_logits(states: torch.Tensor, pos: torch.Tensor, norm: nn.Module, lm_h
     "The target's logits [N, A, B-1, V] predicting positions `pos`, from `states` [N, T, H] at `pos - 1`."
     N = states.shape[0]
     h = states.gather(1, (pos - 1).view(N, -1, 1).expand(-1, -1, states.shape[-1]))
-    with torch.no_grad(): return lm_head(norm(h.to(lm_head.weight.dtype))).float().view(*pos.shape, -1)
+    with torch.no_grad(): return lm_head(norm(h.to(compute_dtype(lm_head)))).float().view(*pos.shape, -1)
 
 # %% ../nbs/04b_objective.ipynb #6cb97279
 class TargetReadout(NamedTuple):

@@ -14,8 +14,8 @@ from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 from .config import DFlashConfig
 
 # %% auto #0
-__all__ = ['ATTN_IMPLS', 'rms_norm', 'RMSNorm', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope', 'SwiGLU', 'dflash_mask_mod',
-           'dense_mask', 'sdpa_attend', 'make_attend']
+__all__ = ['ATTN_IMPLS', 'HEAD_ROWS', 'rms_norm', 'RMSNorm', 'rope_inv_freq', 'rope_cos_sin', 'apply_rope', 'SwiGLU',
+           'dflash_mask_mod', 'dense_mask', 'sdpa_attend', 'make_attend', 'Float32Head', 'compute_dtype']
 
 # %% ../nbs/00e_ops.ipynb #a1d0c001
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -135,3 +135,42 @@ def make_attend(mod, shape: tuple, block_size: int, impl: str = "auto", device=N
         bm, flex = create_block_mask(mod, n, None, q_len, kv_len, device=device), _flex_fn(device)
         return lambda q, k, v: flex(*_flex_inputs(q, k, v), block_mask=bm, enable_gqa=True)
     raise ValueError(f"Unknown attention impl {impl!r}; use one of {ATTN_IMPLS}.")
+
+# %% ../nbs/00e_ops.ipynb #3a45729d
+HEAD_ROWS = 8192          # lm_head rows (vocabulary entries) a `Float32Head` upcasts at a time: 168 MB at H 5120
+
+class _Float32Product(torch.autograd.Function):
+    "x [n, H] @ w.T for a frozen half-precision w [V, H], in float32, `rows` rows of w at a time; a gradient for x only."
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w: torch.Tensor, rows: int) -> torch.Tensor:
+        out = x.new_empty(x.shape[0], w.shape[0])
+        for i in range(0, w.shape[0], rows): out[:, i:i + rows] = x @ w[i:i + rows].float().T
+        ctx.save_for_backward(w)
+        ctx.rows = rows
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (w,), rows = ctx.saved_tensors, ctx.rows
+        gx = grad.new_zeros(grad.shape[0], w.shape[1])
+        for i in range(0, w.shape[0], rows): gx.addmm_(grad[:, i:i + rows], w[i:i + rows].float())
+        return gx, None, None
+
+# %% ../nbs/00e_ops.ipynb #aef667be
+class Float32Head(nn.Module):
+    "A frozen bias-free half-precision Linear computed in float32, `rows` rows of its weight upcast at a time."
+    compute_dtype = torch.float32
+
+    def __init__(self, linear: nn.Linear, rows: int = HEAD_ROWS):
+        super().__init__()
+        if linear.bias is not None or linear.weight.requires_grad or linear.weight.dtype == torch.float32:
+            raise ValueError("Float32Head wraps a frozen, bias-free, half-precision lm_head.")
+        self.weight, self.rows = linear.weight, rows
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.float().reshape(-1, x.shape[-1])
+        return _Float32Product.apply(flat, self.weight, self.rows).unflatten(0, x.shape[:-1])
+
+def compute_dtype(linear: nn.Module) -> torch.dtype:
+    "The dtype `linear` computes in, so its input is cast to it: a `Float32Head`'s float32, else its weight's dtype."
+    return getattr(linear, "compute_dtype", linear.weight.dtype)

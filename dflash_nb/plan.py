@@ -169,6 +169,8 @@ def _head(p: Plan) -> list[str]:
     elif p.stage == "extract": what = f"{s.extract_batch} sequences per forward"
     else: what = f"{REPLAY_ROWS} prompts a group"
     drafter = f"; drafter {_count(p.cost.info['params'])} trainable" if "params" in p.cost.info else ""
+    if s.device == "cpu" and s.target_load == "heads" and s.target_dtype != "float32":   # `cpu_float32_heads`
+        drafter = f" (its lm_head computed from a float32 copy on the CPU){drafter}"
     return [f"dflash-plan: {_WHAT[p.stage]}, per GPU of {where}",
             f"  {what}; max_len {cfg.max_len}; target {s.target_load} in {s.target_dtype}{drafter}"]
 

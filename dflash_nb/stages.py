@@ -8,7 +8,7 @@ Docs: https://dflash-nb.github.io/dflash_nb/stages.html.md"""
 
 # %% ../nbs/05e_stages.ipynb #b6dba87b
 from __future__ import annotations
-import warnings
+import math, warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
@@ -26,6 +26,7 @@ from .extract import extract_taps
 from .drafting import BlockDrafts
 from .evaluate import REPLAY_ROWS, prompt_contexts, blocks_per_call
 from .hardware import Machine
+from .target import cpu_float32_heads
 from .instrument import (OpCost, PlanTracker, PlanFSDPTracker, memory_kinds, fake_target, CudaAutocast,
                                   gpu_kernels, fake_batch, fake_world, tensor_leaves, tensor_bytes, TARGET_LOADS,
                                   TARGET_DTYPES)
@@ -80,13 +81,19 @@ def _fake_drafter(cfg: TrainConfig, target) -> tuple:
     tm = target.model
     return dc, DFlashDraftModel(dc, tm.get_input_embeddings(), tm.get_output_embeddings())
 
+def _heads_as_loaded(target, spec: PlanSpec):
+    "`target` as a cache-fed stage has it on `spec.device`: on a CPU, half-precision heads get a float32 lm_head copy."
+    if spec.device == "cpu" and getattr(target.model, "heads_only", False):   # the larger of `cpu_float32_heads`' ways
+        cpu_float32_heads(target.model, available=math.inf)
+    return target
+
 class FakeRun:
     "A training run as `Trainer` builds it, on fake tensors: target, drafter, parallel wrapper, optimizer and its state."
     def __init__(self, cfg: TrainConfig, hf_config, machine: Machine, spec: PlanSpec):
         self.cfg, self.spec, self.mode = cfg, spec, FakeTensorMode()
         self.sharded = cfg.parallel == "fsdp" and machine.world > 1
         with self.mode:
-            self.target = fake_target(hf_config, spec.target_load, spec.target_dtype)
+            self.target = _heads_as_loaded(fake_target(hf_config, spec.target_load, spec.target_dtype), spec)
             self.dc, self.model = _fake_drafter(cfg, self.target)
         self.wrapped = parallelize(self.model, "fsdp", machine.world) if self.sharded else self.model   # a real mesh
         with self.mode: self.params, self.opt, self.buckets = self._optimizer(machine.world)
@@ -216,7 +223,7 @@ def plan_eval(cfg: TrainConfig, hf_config, machine: Machine, spec: PlanSpec, T: 
     "`dflash-eval` on one group of `REPLAY_ROWS` prompts of `T` tokens: their contexts, then a call at their end."
     mode, st = FakeTensorMode(), {}
     with mode:
-        target = fake_target(hf_config, "heads", spec.target_dtype)
+        target = _heads_as_loaded(fake_target(hf_config, "heads", spec.target_dtype), spec)
         dc, model = _fake_drafter(cfg, target)
         taps = [torch.empty(T, dc.fc_in_features, dtype=torch.bfloat16) for _ in range(REPLAY_ROWS)]   # as cached
     def contexts(): st["ctx"] = prompt_contexts(model.eval(), taps)

@@ -6,7 +6,7 @@ Docs: https://dflash-nb.github.io/dflash_nb/target.html.md"""
 
 # %% ../nbs/02_target.ipynb #6e67ff03
 from __future__ import annotations
-import hashlib, importlib, inspect, json, math, sys, types
+import hashlib, importlib, inspect, json, math, os, sys, types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -16,15 +16,17 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers import LlamaConfig, Qwen3Config, Qwen3_5TextConfig
 from .storage import read_json
+from .ops import Float32Head, HEAD_ROWS
 
 # %% auto #0
 __all__ = ['TRANSIENT_CONFIG_KEYS', 'LINEAR_KERNEL_NAMES', 'LINEAR_BACKENDS', 'TINY_KINDS', 'DTYPES', 'TOKENIZER_FILES',
            'HEADS_ONLY', 'SAFETENSORS_DTYPES', 'SAFETENSORS_INDEX', 'SAFETENSORS_FILE', 'MAX_HEADER',
-           'CHECKPOINT_PREFIXES', 'config_hash', 'linear_attention_layers', 'plain_function', 'resolved_kernel',
-           'torch_kernels', 'fla_kernels', 'fla_missing', 'kernel_callers', 'use_linear_kernels', 'linear_kernels',
-           'resolve_backend', 'set_linear_backend', 'Target', 'as_target', 'tiny_config', 'tiny_target', 'as_dtype',
-           'recorded_dtype', 'checkpoint_dtype', 'load_tokenizer', 'load_target', 'TargetHeads', 'materialise',
-           'SafetensorsReader', 'checkpoint_names', 'load_target_heads']
+           'CHECKPOINT_PREFIXES', 'COPY_SHARE', 'config_hash', 'linear_attention_layers', 'plain_function',
+           'resolved_kernel', 'torch_kernels', 'fla_kernels', 'fla_missing', 'kernel_callers', 'use_linear_kernels',
+           'linear_kernels', 'resolve_backend', 'set_linear_backend', 'Target', 'as_target', 'tiny_config',
+           'tiny_target', 'as_dtype', 'recorded_dtype', 'checkpoint_dtype', 'load_tokenizer', 'load_target',
+           'TargetHeads', 'materialise', 'SafetensorsReader', 'checkpoint_names', 'memory_available',
+           'cpu_float32_heads', 'load_target_heads']
 
 # %% ../nbs/02_target.ipynb #4dd4c295
 TRANSIENT_CONFIG_KEYS = ("_name_or_path", "transformers_version", "dtype", "torch_dtype", "architectures",
@@ -254,6 +256,7 @@ HEADS_ONLY = ("This target was loaded heads-only (embeddings, final norm, lm_hea
 class TargetHeads(nn.Module):
     "A target's input embeddings, final norm and lm_head beside its HF config: all a cache-fed stage borrows."
     heads_only = True
+    compute = ""          # how the heads compute when not as stored (`cpu_float32_heads`), said in the log
 
     def __init__(self, config, embed_tokens: nn.Module, norm: nn.Module, lm_head: nn.Module, sources: dict):
         super().__init__()
@@ -404,12 +407,48 @@ def load_from(self: TargetHeads, reader: SafetensorsReader) -> TargetHeads:
     self.reader = reader                                 # what was read: `reader.tensors_read`, `reader.bytes_read`
     return self
 
+# %% ../nbs/02_target.ipynb #a7eb870d
+COPY_SHARE = 0.5       # a float32 copy of a half-precision lm_head is made when it takes at most this share of free memory
+
+def memory_available() -> int:
+    "Bytes a new allocation can take now: Linux's MemAvailable, else the free physical pages."
+    if Path("/proc/meminfo").exists():
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"): return int(line.split()[1]) * 1024
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+def _float32_copy(linear: nn.Linear) -> nn.Linear:
+    "A frozen float32 copy of bias-free `linear` (a new module: a tied embedding keeps its own dtype)."
+    with torch.device("meta"): out = nn.Linear(linear.in_features, linear.out_features, bias=False)
+    out.weight = nn.Parameter(linear.weight.float(), requires_grad=False)
+    return out
+
+# %% ../nbs/02_target.ipynb #42995a5f
+def cpu_float32_heads(heads: TargetHeads, available: int | None = None) -> str:
+    "Half-precision `heads` on a CPU made to compute in float32 (a copy if it fits `available`, else `Float32Head`); how, in a line."
+    w = heads.lm_head.weight
+    if w.device.type != "cpu" or w.dtype == torch.float32 or getattr(heads.lm_head, "bias", None) is not None: return ""
+    stored, copy = str(w.dtype).removeprefix("torch."), 4 * w.numel()
+    available = memory_available() if available is None else available
+    heads.norm.float()
+    if copy <= COPY_SHARE * available:
+        heads.lm_head = _float32_copy(heads.lm_head)
+        how = f"from a float32 copy (+{copy / 2**30:.2f} GiB; {available / 2**30:.1f} GiB were available)"
+    else:
+        heads.lm_head = Float32Head(heads.lm_head)
+        how = (f"{HEAD_ROWS} rows at a time from its {stored} storage (a float32 copy, {copy / 2**30:.2f} GiB, is more "
+               f"than {COPY_SHARE:.0%} of the {available / 2**30:.1f} GiB available)")
+    heads.compute = (f"target heads stored in {stored} on the CPU: the lm_head computes in float32 {how}, as {stored} "
+                     "products are slow on CPUs")
+    return heads.compute
+
 # %% ../nbs/02_target.ipynb #9b4c24d3
-def load_target_heads(path, dtype="auto", device="cpu") -> Target:
+def load_target_heads(path, dtype="auto", device="cpu", cpu_float32: bool = True) -> Target:
     "The target in `path` heads-only (a `TargetHeads`), with its tokenizer; `dtype`: as `load_target`'s, 'auto' first."
     path = _model_dir(path)
     dtype = checkpoint_dtype(path) if dtype == "auto" else as_dtype(dtype)
     config = AutoConfig.from_pretrained(path, trust_remote_code=False, local_files_only=True)
     with torch.device(device): heads = TargetHeads.from_config(config, dtype)
     heads.load_from(SafetensorsReader(path)).eval()
+    if cpu_float32: cpu_float32_heads(heads)      # on a CPU, half-precision heads compute in float32 (below)
     return Target(heads, load_tokenizer(path), path.name, config_hash(heads.config), "none")

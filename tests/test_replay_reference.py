@@ -36,3 +36,20 @@ def test_many_transforms_at_once_are_each_alone(tiny_pair):
     many = offline_tau_many(m, cache, {"as is": None, "halved": halve_tap2}, idx, budgets=(4,))
     assert asdict(many["halved"]) == asdict(reference_offline_tau(m, cache, idx, (4,), "halved", halve_tap2))
     assert many["as is"].tau == offline_tau(m, cache, idx, budgets=()).tau
+
+
+def test_one_walk_scores_the_next_anchors_in_its_call(tiny_pair, monkeypatch):
+    """A lone DDTree walk scores the blocks at its next anchors in the same lm_head call, first on their first slots
+    (the trees that reach the last of those are scored again on all): fewer calls, the same rounds."""
+    import dflash_nb.evaluate as ev
+    m, cache, calls = tiny_pair.load("fused"), tiny_pair.cache, []
+    def counted(*args):
+        calls.append(len(args[2]))
+        return tree_accepts(*args)
+    tree_accepts = ev._tree_accepts
+    monkeypatch.setattr(ev, "_tree_accepts", counted)
+    got = offline_tau(m, cache, [1], budgets=(4,))
+    assert asdict(got) == asdict(reference_offline_tau(m, cache, [1], budgets=(4,)))
+    rounds = len(got.rounds[0])
+    assert len(calls) < rounds and max(calls) > 1                       # several blocks scored per call
+    assert max(calls) <= ev.HEAD_CALL_ROWS // ev.FIRST_SLOTS
