@@ -19,9 +19,10 @@ from .hub import read_drafter_tensors
 from .storage import atomic_write, plain_name, tensor_digest
 
 # %% auto #0
-__all__ = ['WHOLE_ON_RANK0', 'weight_digest', 'CheckpointState', 'latest_checkpoint', 'save_checkpoint', 'read_training_state',
-           'load_checkpoint', 'checkpoint_weights', 'resume_changes', 'trainable_names', 'named_optimizer_state',
-           'numbered_optimizer_state', 'whole_weights', 'whole_optimizer_state', 'load_optimizer_state']
+__all__ = ['STATE_TENSORS', 'LEGACY_STATE_TENSORS', 'WHOLE_ON_RANK0', 'weight_digest', 'CheckpointState', 'latest_checkpoint',
+           'state_tensors_file', 'save_checkpoint', 'read_training_state', 'load_checkpoint', 'checkpoint_weights',
+           'resume_changes', 'trainable_names', 'named_optimizer_state', 'numbered_optimizer_state', 'whole_weights',
+           'whole_optimizer_state', 'load_optimizer_state']
 
 # %% ../nbs/04_checkpoint.ipynb #9bdb3548
 def weight_digest(model: DFlashDraftModel) -> str:
@@ -51,13 +52,23 @@ def latest_checkpoint(out_dir) -> Path | None:
 def _json_writer(obj):
     return lambda p: p.write_text(json.dumps(obj, indent=1))
 
+# %% ../nbs/04_checkpoint.ipynb #c44eea1f
+STATE_TENSORS = Path("training") / "state.safetensors"   # optimizer and RNG tensors, below the drafter's own files
+LEGACY_STATE_TENSORS = "training_state.safetensors"       # where checkpoints written before Dec 2026 hold them
+
+def state_tensors_file(ck) -> Path:
+    "The file holding checkpoint `ck`'s optimizer and RNG tensors (`training/`, or the top for older checkpoints)."
+    ck = Path(ck)
+    return ck / STATE_TENSORS if (ck / STATE_TENSORS).exists() else ck / LEGACY_STATE_TENSORS
+
 # %% ../nbs/04_checkpoint.ipynb #7b41960f
 def _write_checkpoint(tmp: Path, model, tensors, sd: dict, st: CheckpointState):
     model.save_pretrained(tmp, tensors=tensors)
     opt = {f"opt.{i}.{k}": v for i, s in sd["state"].items() for k, v in s.items()}
     state = opt | {f"rng.{r}": t for r, t in enumerate(st.rngs)}
     state = {k: v.detach().cpu().contiguous() for k, v in state.items()}
-    atomic_write(tmp / "training_state.safetensors", lambda p: save_file(state, str(p)))
+    (tmp / STATE_TENSORS).parent.mkdir()
+    atomic_write(tmp / STATE_TENSORS, lambda p: save_file(state, str(p)))
     meta = {"step": st.step, "world_size": st.world_size, "config": st.config,
             "param_groups": sd["param_groups"], "rank_weight_digests": st.digests or [],
             "state_digest": tensor_digest(state)}
@@ -86,10 +97,10 @@ def save_checkpoint(model: DFlashDraftModel, opt, out_dir, state: CheckpointStat
 def read_training_state(path) -> dict:
     "Checkpoint `path`'s JSON state, plus its optimizer `state_dict` (`optimizer`) and every rank's RNG state (`rngs`)."
     path = Path(path)
-    st = json.loads((path / "training_state.json").read_text())
-    with safe_open(str(path / "training_state.safetensors"), "pt") as f: t = {k: f.get_tensor(k) for k in f.keys()}
+    st, f = json.loads((path / "training_state.json").read_text()), state_tensors_file(path)
+    with safe_open(str(f), "pt") as sf: t = {k: sf.get_tensor(k) for k in sf.keys()}
     if st.get("state_digest") not in (None, tensor_digest(t)):
-        raise ValueError(f"{path / 'training_state.safetensors'}: its sha256 differs from the one training_state.json "
+        raise ValueError(f"{f}: its sha256 differs from the one training_state.json "
                          "recorded when it was written, so the file was damaged. Delete this checkpoint and point "
                          "checkpoints/latest.json at the previous step to resume from there.")
     state = {}

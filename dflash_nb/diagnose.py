@@ -29,6 +29,8 @@ from .toy import repo_data_dir
 from .target import fla_missing, set_linear_backend, load_target_heads, load_target
 from .probes import tap_transform, tap_means
 from .checkpoint import latest_checkpoint, read_training_state
+from .engine import comparison_line, engine_device, engine_python, serve_comparison
+from .serving import ENGINES, drafter_paths, serving_problems
 from .storage import atomic_write, check_output_dir
 from .cli import refusals
 
@@ -39,7 +41,7 @@ __all__ = ['RUN_FIELDS', 'STUDY_QUESTIONS', 'THETAS', 'MIN_GAIN', 'CONFIG_TOGGLE
            'shown_rows', 'counterfactuals', 'study_answers', 'attribution', 'with_config', 'reading_rows',
            'beats_config', 'serving_checks', 'config_toggles', 'architecture_notes', 'weight_parts', 'weight_rows',
            'head_facts', 'with_part', 'weight_toggles', 'verdict', 'live_tolerance', 'live_checks', 'train_vs_serve',
-           'overfit_gate', 'DiagnoseSettings', 'diagnose', 'diagnose_parser', 'diagnose_main']
+           'overfit_gate', 'engine_sections', 'DiagnoseSettings', 'diagnose', 'diagnose_parser', 'diagnose_main']
 
 # %% ../nbs/13_diagnose.ipynb #0ee2d2c8
 def drafter_facts(model: DFlashDraftModel) -> dict:
@@ -535,15 +537,21 @@ def overfit_gate(model: DFlashDraftModel, target, cache: HiddenStateCache, index
             "tau online": sum(online) / len(online), "breaks at slot": short[0] if short else None}
 
 
-# %% ../nbs/13_diagnose.ipynb #b1c99705
-def _drafter_path(p) -> tuple:
-    "(checkpoint, run directory or None) of a checkpoint directory or a training run directory."
-    p = Path(p)
-    if (p / "config.json").exists(): return p, None
-    if (ck := latest_checkpoint(p)) is not None: return ck, p
-    raise ValueError(f"{p} is neither a drafter checkpoint (no config.json) nor a training run (no "
-                     "checkpoints/latest.json): give one of those.")
+# %% ../nbs/13_diagnose.ipynb #7204da99
+def engine_sections(models: dict, paths: dict, cache: HiddenStateCache, target, s) -> dict:
+    "{name: the engine's side-by-side table (markdown), or one line on why it cannot serve that drafter here}."
+    out = {}
+    for n, m in models.items():
+        if problems := serving_problems(m.config, s.engine, engine_device()):
+            out[n] = f"Not served: {ENGINES[s.engine]} cannot serve it on {engine_device()}: {problems[0]}."
+            continue
+        ck, run = paths[n]
+        c = serve_comparison(target, s.target_dir, ck, cache, s.online or 4, run_dir=run, python=s.engine_python,
+                             sampling=s.sampling)
+        out[n] = f"{comparison_line(c)}\n\n{markdown_table(c.rows)}"
+    return out
 
+# %% ../nbs/13_diagnose.ipynb #b1c99705
 @dataclass
 class DiagnoseSettings:
     "What `diagnose` measures besides the offline chain: DDTree budgets, samples, live prompts, the overfit gate, T."
@@ -552,6 +560,9 @@ class DiagnoseSettings:
     online: int = 0                   # prompts to decode live with the whole target (0: none)
     overfit: bool = False             # the overfit gate (needs the whole target)
     sampling: object = None           # a `Sampling` for T > 0; None: greedy
+    engine: str | None = None         # also serve each drafter in this engine ("vllm") on the online prompts
+    engine_python: str | None = None  # the Python of the engine's environment (None: $DFLASH_NB_VLLM_PYTHON)
+    target_dir: str | None = None     # the target's directory, which the engine loads
 
 def diagnose(drafters: dict, cache: HiddenStateCache, target_model, out, target=None,
              settings: DiagnoseSettings = DiagnoseSettings()) -> Path:
@@ -560,10 +571,13 @@ def diagnose(drafters: dict, cache: HiddenStateCache, target_model, out, target=
     s = settings
     budgets, indices, online, overfit, sampling = s.budgets, s.indices, s.online, s.overfit, s.sampling
     if online < 0: raise ValueError(f"online={online}: give a number of prompts to decode live, >= 0 (0: none).")
-    if (online or overfit) and target is None:
-        raise ValueError("online τ, the live-target checks and the overfit gate run the whole target: give target=.")
+    if (online or overfit or s.engine) and target is None:
+        raise ValueError("online τ, the live-target checks, the overfit gate and the engine run the whole target: "
+                         "give target=.")
+    if s.engine and (s.engine not in ENGINES or s.target_dir is None):
+        raise ValueError(f"engine={s.engine!r}: give one of {sorted(ENGINES)}, and the target's directory (target_dir).")
     out.mkdir(parents=True, exist_ok=True)
-    paths = {n: _drafter_path(p) for n, p in drafters.items()}
+    paths = {n: drafter_paths(p) for n, p in drafters.items()}
     models = {n: DFlashDraftModel.from_pretrained(ck, target_model=target_model).eval() for n, (ck, _) in paths.items()}
     facts = {n: drafter_facts(m) | head_facts(m, target_model) | (run_facts(paths[n][1]) if paths[n][1] else {})
              for n, m in models.items()}
@@ -602,13 +616,15 @@ def diagnose(drafters: dict, cache: HiddenStateCache, target_model, out, target=
     text += "\n## Served as trained?\n\n" + markdown_table(checks) + "\n"
     if cache_checks: text += f"\n### The cache against the live target\n\n{markdown_table(cache_checks)}\n"
     text += "".join(f"\n### {n}: training against serving\n\n{markdown_table(rows)}\n" for n, rows in tvs.items())
+    served = engine_sections(models, paths, cache, target, s) if s.engine else {}
+    text += "".join(f"\n### {n}: as {s.engine} serves it\n\n{x}\n" for n, x in served.items())
     gates = {n: overfit_gate(m, target, cache, work=out / f"overfit-{i}")
              for i, (n, m) in enumerate(models.items())} if overfit else {}
     if gates: text += "\n## The overfit gate\n\n" + markdown_table([{"drafter": n} | g for n, g in gates.items()]) + "\n"
     record = {"verdict": line, "facts": facts, "weights": weights, "measured": measure_rows(results, live),
               "online": live, "counterfactuals": changes, "readings": readings, "attribution": atts,
               "architecture": arch, "not applied": notes, "study_answers": answers, "checks": checks,
-              "cache_checks": cache_checks, "train_vs_serve": tvs, "overfit": gates}
+              "cache_checks": cache_checks, "train_vs_serve": tvs, "overfit": gates, "served": served}
     atomic_write(out / "diagnosis.json", lambda p: p.write_text(json.dumps(record, indent=1)))
     return atomic_write(out / "report.md", lambda p: p.write_text(text))
 
@@ -627,6 +643,9 @@ def diagnose_parser() -> argparse.ArgumentParser:
     ap.add_argument("--limit", type=int, default=0, help="only the first N samples (0: all)")
     ap.add_argument("--online", type=int, default=0, help="decode the first N prompts live and check the cache against "
                     "the live target (loads the whole target; default 0: offline only)")
+    ap.add_argument("--engine", choices=sorted(ENGINES), help="also serve each drafter in this engine on the --online "
+                    "prompts (default 4) and put its own acceptance counts beside ours (loads the whole target)")
+    ap.add_argument("--engine-python", help="the python of the engine's environment (default: $DFLASH_NB_VLLM_PYTHON)")
     ap.add_argument("--overfit", action="store_true", help="also the overfit gate: a fresh drafter of each layout "
                     "trained on one sample must accept whole blocks on it (loads the whole target)")
     add_sampling_options(ap)
@@ -653,7 +672,9 @@ def diagnose_main(argv=None) -> None:
         cache, heads = HiddenStateCache(a.cache), load_target_heads(a.target)
         if heads.model.compute: print(f"dflash-diagnose: {heads.model.compute}", flush=True)
         idx = range(min(a.limit, len(cache))) if a.limit else None
-        full = load_target(a.target) if a.overfit or a.online else None
-        settings = DiagnoseSettings(tuple(a.budgets), idx, a.online, a.overfit, sampling)
+        if a.engine: engine_python(a.engine_python)
+        full = load_target(a.target) if a.overfit or a.online or a.engine else None
+        settings = DiagnoseSettings(tuple(a.budgets), idx, a.online, a.overfit, sampling, a.engine, a.engine_python,
+                                    a.target)
         print(diagnose(dict(zip(names, a.drafter)), cache, heads.model, a.out, full, settings))
 

@@ -11,7 +11,9 @@ neighbouring value); whole numbers (counts) and every other character must be th
 
 - Each notebook runs in a fresh Jupyter kernel (nbclient) with its folder as the working directory and this checkout
   first on `PYTHONPATH`, cell by cell, skipping the cells `nbdev-test` skips (`#| eval: false` and the `tst_flags`,
-  e.g. `#| slow`, `#| cuda`); a skipped cell keeps no output.
+  e.g. `#| slow`, `#| cuda`); a skipped cell keeps no output. `--flags vllm` also runs the cells of those flags and
+  stores their outputs (`nbs/14a_engine` serves a drafter in vLLM's own environment that way); `--check` then leaves
+  such cells as stored.
 - Widget state is stored (`store_widget_state=True`), so an ipywidgets output (the tap explorer) renders for a reader
   instead of `VBox(children=...)`; only the state of widgets still shown in an output is kept.
 - Outputs stay small: figures at 75 dpi (a matplotlibrc for the kernel), progress bars removed (text bars on stderr
@@ -34,16 +36,16 @@ TEXT_BAR = re.compile(r"\d+%\|.*\|")                     # tqdm's text bar: ' 40
 VARIES = "# output varies:"                              # a cell whose output is not the same from run to run
 NUMBER = re.compile(r"(-?\d+(?:\.(\d+))?(?:[eE]([-+]?\d+))?)")
 SHOWN = ["01_model", "02a_toy_target", "04a_train", "05a_plan", "05e_stages", "06_evaluate", "07_decode", "08_probes",
-         "09_explore_taps", "10_demo", "12_recipe_study", "13_diagnose"]
+         "09_explore_taps", "10_demo", "12_recipe_study", "13_diagnose", "14a_engine"]
 
 
-def skipped_cells(path: Path) -> set:
-    "Ids of the cells `nbdev-test` leaves out of `path` (directives, `tst_flags`, front matter)."
+def skipped_cells(path: Path, run_flags=()) -> set:
+    "Ids of the cells `nbdev-test --flags run_flags` leaves out of `path` (directives, `tst_flags`, front matter)."
     from nbdev.config import get_config
     from nbdev.process import NBProcessor
     from nbdev.test import _skip_cell
     nb = NBProcessor(path, rm_directives=False, process=True).nb
-    skip = _skip_cell(nb, get_config().tst_flags.split())
+    skip = _skip_cell(nb, get_config().tst_flags.split(), list(run_flags))
     return {c.id for c in nb.cells if c.cell_type == "code" and skip(c)}
 
 
@@ -146,11 +148,11 @@ def temp_path_warnings(nb, path: Path) -> list:
     return out
 
 
-def rendered(path: Path, timeout: int):
+def rendered(path: Path, timeout: int, run_flags=()):
     "`path` executed and tidied (figures small, no progress bars, only shown widgets kept); None when a cell fails."
     nb = nbformat.read(path, as_version=4)
     try:
-        execute(nb, path, skipped_cells(path), timeout)
+        execute(nb, path, skipped_cells(path, run_flags), timeout)
     except CellExecutionError as e:
         print(f"{path}: FAILED\n{e}", file=sys.stderr)
         return None
@@ -159,9 +161,9 @@ def rendered(path: Path, timeout: int):
     return nb
 
 
-def render(path: Path, timeout: int) -> bool:
-    "Execute, tidy and write one notebook; False (notebook untouched) when a cell fails."
-    if (nb := rendered(path, timeout)) is None: return False
+def render(path: Path, timeout: int, run_flags=()) -> bool:
+    "Execute, tidy and write one notebook (also its cells flagged `run_flags`); False (untouched) when a cell fails."
+    if (nb := rendered(path, timeout, run_flags)) is None: return False
     for w in temp_path_warnings(nb, path):
         print(f"warning: {w}", file=sys.stderr)
     nbformat.write(nb, path)
@@ -206,8 +208,9 @@ def stale_outputs(path: Path, timeout: int) -> list[str]:
         return [f"{path.name}: stores no outputs; run `python tools/render_notebooks.py {path.relative_to(ROOT)}`"]
     if (fresh := rendered(path, timeout)) is None: return [f"{path.name}: a cell failed"]
     out = []
+    skipped = skipped_cells(path)
     for old, new in zip(stored.cells, fresh.cells):
-        if old.cell_type != "code" or VARIES in old.source: continue
+        if old.cell_type != "code" or VARIES in old.source or old.get("id") in skipped: continue   # flagged: as stored
         a, b = shown_text(old), shown_text(new)
         if not same_print(a, b):
             diff = difflib.unified_diff(a.splitlines(), b.splitlines(), "stored", "current code", lineterm="", n=1)
@@ -231,12 +234,14 @@ def main(argv=None) -> int:
     ap.add_argument("--check", action="store_true", help="compare with the stored outputs instead of writing them")
     ap.add_argument("--jobs", type=int, default=2, help="notebooks run at once by --check (default 2)")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per cell (default 900, as nbdev's cell_timeout)")
+    ap.add_argument("--flags", nargs="*", default=[], help="also run the cells of these tst_flags (e.g. vllm), as "
+                    "nbdev-test --flags does; their outputs are stored, and --check leaves them as stored")
     a = ap.parse_args(argv)
     paths = [p.resolve() for p in a.notebooks] or [ROOT / "nbs" / f"{n}.ipynb" for n in SHOWN]
     with tempfile.TemporaryDirectory() as rc:
         os.environ.update(kernel_env(Path(rc)))
         if a.check: return check(paths, a.timeout, a.jobs)
-        ok = [render(p, a.timeout) for p in paths]
+        ok = [render(p, a.timeout, a.flags) for p in paths]
     return 0 if all(ok) else 1
 
 

