@@ -57,16 +57,18 @@ def smol(tmp_path_factory):
                            work=work)
 
 
-def test_training_checkpoint_served_as_written_counts_what_we_count(smol):
-    "vLLM serves the checkpoint directory training wrote; float32 greedy: its counts per slot equal ours, exactly."
-    from dflash_nb.engine import comparison_line, serve_comparison
-    from dflash_nb.tables import markdown_table
+def test_training_checkpoint_served_as_written_counts_what_we_count(smol, tmp_path, capsys):
+    "`dflash-serve` on the run training wrote: vLLM's counts per slot equal ours exactly (float32 greedy), same tokens."
+    import json
+    from dflash_nb.engine import serve_main
     assert (smol.ck / "training").is_dir() and [p.name for p in smol.ck.glob("*.safetensors")] == ["model.safetensors"]
-    c = serve_comparison(smol.target, smol.target_dir, smol.run, smol.cache, n=N)
-    print(comparison_line(c), c.engine, markdown_table(c.rows), sep="\n")
-    assert c.exact and c.flagged == [] and c.same_tokens == c.prompts == N
-    assert c.ours == c.theirs                     # per prompt: rounds, accepted drafts, accepted per position
-    assert sum(x["accepted"] for x in c.theirs) > 0, "the trained drafter accepts nothing: the check would be empty"
+    serve_main(["--drafter", str(smol.run), "--target", str(smol.target_dir), "--cache", str(smol.cache.path),
+                "--limit", str(N), "--out", str(tmp_path / "served")])
+    with capsys.disabled(): print("\n" + (tmp_path / "served" / "serve.md").read_text())
+    c = json.loads((tmp_path / "served" / "serve.json").read_text())
+    assert c["exact"] and c["flagged"] == [] and c["same_tokens"] == c["prompts"] == N
+    assert c["ours"] == c["theirs"]               # per prompt: rounds, accepted drafts, accepted per position
+    assert sum(x["accepted"] for x in c["theirs"]) > 0, "the trained drafter accepts nothing: the check would be empty"
 
 
 def test_retrofit_output_exported_in_bf16_is_served(smol, tmp_path):
