@@ -3,11 +3,12 @@
 Run from anywhere: `python tools/render_notebooks.py` renders every notebook in `SHOWN` (the teaching notebooks, whose
 tables, figures and printed numbers a reader needs); `python tools/render_notebooks.py nbs/08_probes.ipynb ...` renders
 those given. `--check` renders into memory instead and fails (exit 1, a diff per cell) when a stored text output is
-not what the current code prints, or when a notebook in `SHOWN` stores none: CI runs it. A cell whose output changes
-from run to run (wall-clock seconds, a memory reading) says so in a comment, `# output varies: <why>`, and is not
-compared; figures are not compared (their bytes depend on the matplotlib build), only that they are there. A printed
-number may differ by one unit in its last digit (a float computed on another CPU, AVX2 or AVX-512, rounds to the
-neighbouring value); whole numbers (counts) and every other character must be the same.
+not what the current code prints, when a cell fails, or when a notebook in `SHOWN` stores none: CI runs it in place
+of `nbdev-test` for these notebooks, so each runs once (`--list` prints them). A cell whose output changes from run to
+run (wall-clock seconds, a memory reading) says so in a comment, `# output varies: <why>`, and is not compared;
+figures are not compared (their bytes depend on the matplotlib build), only that they are there. A printed number may
+differ by one unit in its last digit (a float computed on another CPU, AVX2 or AVX-512, rounds to the neighbouring
+value); whole numbers (counts) and every other character must be the same.
 
 - Each notebook runs in a fresh Jupyter kernel (nbclient) with its folder as the working directory and this checkout
   first on `PYTHONPATH`, cell by cell, skipping the cells `nbdev-test` skips (`#| eval: false` and the `tst_flags`,
@@ -219,18 +220,20 @@ def stale_outputs(path: Path, timeout: int) -> list[str]:
 
 
 def check(paths: list[Path], timeout: int, jobs: int) -> int:
-    "Exit status of `--check`: 0 when every notebook's stored outputs are current, else 1 (the stale cells printed)."
+    "Exit status of `--check`: 0 when every notebook runs and its stored outputs are current, else 1 (problems printed)."
     with ProcessPoolExecutor(jobs) as pool:
-        stale = [s for found in pool.map(stale_outputs, paths, [timeout] * len(paths)) for s in found]
-    for s in stale: print(s, file=sys.stderr)
-    if stale: print(f"{len(stale)} stale outputs: run `python tools/render_notebooks.py` and commit", file=sys.stderr)
-    else: print(f"{len(paths)} notebooks show what the current code prints")
-    return 1 if stale else 0
+        found = list(pool.map(stale_outputs, paths, [timeout] * len(paths)))
+    for s in (s for f in found for s in f): print(s, file=sys.stderr)
+    bad = sum(bool(f) for f in found)
+    if bad: print("run `python tools/render_notebooks.py` on the stale ones and commit", file=sys.stderr)
+    print(f"{len(paths) - bad} current, {bad} stale or failed (of {len(paths)} notebooks: each run, its outputs compared)")
+    return 1 if bad else 0
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("notebooks", nargs="*", type=Path, help="notebooks to execute (default: the SHOWN ones)")
+    ap.add_argument("--list", action="store_true", help="print the notebooks it would run (default: SHOWN) and stop")
     ap.add_argument("--check", action="store_true", help="compare with the stored outputs instead of writing them")
     ap.add_argument("--jobs", type=int, default=2, help="notebooks run at once by --check (default 2)")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per cell (default 900, as nbdev's cell_timeout)")
@@ -238,6 +241,9 @@ def main(argv=None) -> int:
                     "nbdev-test --flags does; their outputs are stored, and --check leaves them as stored")
     a = ap.parse_args(argv)
     paths = [p.resolve() for p in a.notebooks] or [ROOT / "nbs" / f"{n}.ipynb" for n in SHOWN]
+    if a.list:
+        print("\n".join(str(p) for p in paths))
+        return 0
     with tempfile.TemporaryDirectory() as rc:
         os.environ.update(kernel_env(Path(rc)))
         if a.check: return check(paths, a.timeout, a.jobs)
