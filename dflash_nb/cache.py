@@ -23,10 +23,10 @@ from .storage import atomic_write, check_output_dir, file_sha256, plain_name, wr
 
 # %% auto #0
 __all__ = ['CACHE_FORMAT', 'CACHE_VERSION', 'MANIFEST', 'CACHE_DTYPES', 'TABLE_KEY', 'MANIFEST_FIELDS', 'SHARD_FIELDS',
-           'LATER_SHARD_FIELDS', 'VERIFY_ENV', 'check_tap_ids', 'as_sample', 'iter_chunks', 'CacheLayout',
-           'cache_header', 'rows_digest', 'write_shard', 'CacheShardError', 'check_shard', 'read_manifest',
-           'release_freed_memory', 'write_cache', 'resolve_cache_dir', 'verify_by_default', 'HiddenStateCache',
-           'select_taps', 'check_compatible', 'rewrite_cache']
+           'LATER_SHARD_FIELDS', 'VERIFY_ENV', 'VERIFY_ON', 'VERIFY_OFF', 'check_tap_ids', 'as_sample', 'iter_chunks',
+           'CacheLayout', 'cache_header', 'rows_digest', 'write_shard', 'CacheShardError', 'check_shard',
+           'read_manifest', 'release_freed_memory', 'write_cache', 'resolve_cache_dir', 'verify_by_default',
+           'HiddenStateCache', 'select_taps', 'check_compatible', 'rewrite_cache']
 
 # %% ../nbs/03_cache.ipynb #179b581e
 CACHE_FORMAT, CACHE_VERSION, MANIFEST = "dflash_nb.hidden_state_cache", 1, "manifest.json"
@@ -315,9 +315,15 @@ def resolve_cache_dir(path) -> Path:
 # %% ../nbs/03_cache.ipynb #0146cf86
 VERIFY_ENV = "DFLASH_NB_VERIFY_CACHE"
 
+VERIFY_ON, VERIFY_OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
 def verify_by_default() -> bool:
-    "Whether caches verify what they read when not told: yes, unless the environment sets DFLASH_NB_VERIFY_CACHE=0."
-    return os.environ.get(VERIFY_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    "Whether caches verify what they read when not told: yes, unless DFLASH_NB_VERIFY_CACHE=0 (another word: refused)."
+    given = os.environ.get(VERIFY_ENV, "1")
+    if (v := given.strip().lower()) not in VERIFY_ON + VERIFY_OFF:
+        raise ValueError(f"{VERIFY_ENV}={given!r}: give 1 (caches verify what they read, the default) or 0 (they "
+                         "do not).")
+    return v in VERIFY_ON
 
 # %% ../nbs/03_cache.ipynb #a5b70050
 class HiddenStateCache:

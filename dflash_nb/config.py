@@ -13,11 +13,11 @@ from transformers import Qwen3Config
 from .cli import check_keys, read_settings
 
 # %% auto #0
-__all__ = ['TAP_CONVENTION', 'TAP_CONVENTIONS', 'FUSIONS', 'LAYER_TYPES', 'DEFAULT_ROPE_THETA', 'POSITIVE_DIMS', 'ROPE_TYPES',
-           'DRAFTER_RANGES', 'ATTENTION_MODES', 'LOSSES', 'SOURCES', 'SCHEDULES', 'PARALLELS', 'INIT_NORMS',
-           'POSITION_WEIGHTS', 'OPTIMIZERS', 'FIELD_TYPES', 'TRAIN_RANGES', 'DRAFTER_KEYS', 'hidden_state_index',
-           'default_target_layer_ids', 'fc_tap_ids', 'Range', 'DFlashConfig', 'LayerAttention', 'TrainConfig',
-           'check_repro_noise', 'range_table', 'load_train_config']
+__all__ = ['TAP_CONVENTION', 'TAP_CONVENTIONS', 'FUSIONS', 'LAYER_TYPES', 'TEMPERATURE', 'DEFAULT_ROPE_THETA', 'POSITIVE_DIMS',
+           'ROPE_TYPES', 'DRAFTER_RANGES', 'ATTENTION_MODES', 'LOSSES', 'SOURCES', 'SCHEDULES', 'PARALLELS',
+           'INIT_NORMS', 'POSITION_WEIGHTS', 'OPTIMIZERS', 'FIELD_TYPES', 'TRAIN_RANGES', 'DRAFTER_KEYS',
+           'hidden_state_index', 'default_target_layer_ids', 'fc_tap_ids', 'Range', 'DFlashConfig', 'LayerAttention',
+           'TrainConfig', 'check_repro_noise', 'range_table', 'load_train_config']
 
 # %% ../nbs/00_config.ipynb #10ad5f17
 TAP_CONVENTION = "layer_output"  # tap id k = output of decoder layer k = HF hidden_states[k+1]
@@ -71,6 +71,9 @@ class Range:
     def check(self, name: str, value) -> None:
         "A ValueError naming `name`, `value`, the interval and the note, unless `value` lies inside."
         if value not in self: raise ValueError(f"{name}={value} must be {self}" + (f" ({self.note})." if self.note else "."))
+
+# %% ../nbs/00_config.ipynb #369af13d
+TEMPERATURE = Range(1e-3, 100, note="0 is greedy decoding; below 1e-3 sampling is greedy in effect and logits / T overflow")
 
 # %% ../nbs/00_config.ipynb #0b8bfe66
 DEFAULT_ROPE_THETA = float(Qwen3Config().rope_parameters["rope_theta"])   # transformers' qwen3 default (10000)

@@ -12,6 +12,7 @@ from functools import cached_property, partial
 import torch
 from fastcore.basics import patch
 from transformers import DynamicCache
+from .config import TEMPERATURE
 from .target import Target, linear_attention_layers
 from .drafting import RoundDrafter
 from .extract import prompt_token_ids, eos_token_ids
@@ -79,9 +80,9 @@ class Sampling:
     top_p: float | None = None
     seed: int = 0
     def __post_init__(self):
-        if not (isinstance(self.temperature, (int, float)) and 0 < self.temperature < float("inf")):
-            raise ValueError(f"temperature={self.temperature!r}: sampling needs a temperature > 0 (0 is greedy "
-                             "decoding: pass sampling=None).")
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)):
+            raise ValueError(f"temperature={self.temperature!r}: give a number (0 is greedy decoding: sampling=None).")
+        TEMPERATURE.check("temperature", self.temperature)
         if self.top_k is not None and not (isinstance(self.top_k, int) and self.top_k >= 1):
             raise ValueError(f"top_k={self.top_k!r}: give a whole number >= 1, or None for no top-k cut.")
         if self.top_p is not None and not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
@@ -281,6 +282,8 @@ def speculative_generate(target: Target, drafter, prompt_ids, max_new_tokens: in
                          tree_budget: int | None = None, lattice: bool = False,
                          sampling: Sampling | None = None) -> SpeculativeGenerateOutput:
     "Speculative decoding by `drafter` (or its `RoundDrafter`) of `prompt_ids` (ids or text) to the target's eos (`[]`: none): chain or DDTree, greedy or T > 0."
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens={max_new_tokens!r}: give a whole number of tokens >= 1.")
     rounds = round_drafter(drafter)
     check_decodable(target, rounds.drafter, tree_budget, lattice, sampling)
     s, prefill_s = start_decoding(target, rounds, prompt_ids, sampling)

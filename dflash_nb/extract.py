@@ -15,10 +15,10 @@ import torch
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 from transformers import GenerationConfig
-from .config import TAP_CONVENTION, hidden_state_index, default_target_layer_ids
+from .config import TAP_CONVENTION, TEMPERATURE, hidden_state_index, default_target_layer_ids
 from .target import checkpoint_dtype, load_target, load_target_heads
 from .vllm_worker import engine_python, run_worker
-from .storage import atomic_write
+from .storage import atomic_write, drop_torn_tail, read_json_lines
 from .cli import refusals
 from .cache import (CACHE_DTYPES, CacheLayout, HiddenStateCache, as_sample, cache_header, check_tap_ids,
                              iter_chunks, release_freed_memory, select_taps, write_cache)
@@ -277,21 +277,8 @@ def read_responses(path) -> list[dict]:
     "The records of a responses file; a last line without its newline (a kill mid-write) is left out."
     path = Path(path)
     if not path.exists(): raise FileNotFoundError(f"No responses file at {path}.")
-    out = []
-    for n, line in enumerate(path.read_text().split("\n")[:-1], 1):
-        if not line.strip(): continue
-        try: d = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{n} is not JSON ({e.msg}): delete the file to regenerate it.") from None
-        out.append({k: v if k == "id" else torch.tensor(v) for k, v in d.items()})
-    return out
-
-# %% ../nbs/03a_extract.ipynb #68c36d5f
-def _drop_torn_tail(path: Path):
-    "Cut `path` back to its last complete line."
-    data = path.read_bytes()
-    if (keep := data.rfind(b"\n") + 1) < len(data):
-        with open(path, "rb+") as f: f.truncate(keep)
+    return [{k: v if k == "id" else torch.tensor(v) for k, v in d.items()}
+            for d in read_json_lines(path, "responses file (delete it to regenerate it)")]
 
 # %% ../nbs/03a_extract.ipynb #cf469098
 def _answered(path: Path) -> bool:
@@ -321,7 +308,7 @@ def _resume_responses(path: Path, key: dict, target, prompts: list, chat: bool) 
     "The responses in `path` if its key file matches `key` (a new key file if none is answered yet); else an error."
     kp = _key_path(path)
     if not _answered(path):                   # nothing answered: any key there is from a run that never happened
-        if path.exists(): _drop_torn_tail(path)
+        if path.exists(): drop_torn_tail(path)
         atomic_write(kp, lambda p: p.write_text(json.dumps(key)))
         return []
     if not kp.exists(): return _check_unkeyed(path, read_responses(path), target, prompts, chat)
@@ -330,7 +317,7 @@ def _resume_responses(path: Path, key: dict, target, prompts: list, chat: bool) 
     if diff := [f"{k} {old.get(k)!r} in the file, {v!r} now" for k, v in key.items() if old.get(k) != v]:
         raise ValueError(f"{path} was made with other settings ({'; '.join(diff)}): delete {path} and {kp.name} to "
                          "regenerate, or use another --out.")
-    _drop_torn_tail(path)
+    drop_torn_tail(path)
     done = read_responses(path)
     if len(done) > len(prompts):
         raise ValueError(f"{path} holds {len(done)} responses for {len(prompts)} prompts: delete it to regenerate.")
@@ -358,7 +345,7 @@ class VllmEngine:
 
     def __post_init__(self):
         checks = [("dtype", self.dtype in ENGINE_DTYPES, f"one of {ENGINE_DTYPES}"),
-                  ("temperature", 0 <= self.temperature <= 10, "0 (greedy) to 10"),
+                  ("temperature", self.temperature == 0 or self.temperature in TEMPERATURE, f"0 (greedy) or {TEMPERATURE}"),
                   ("top_p", 0 < self.top_p <= 1, "in (0, 1]"), ("top_k", self.top_k >= 0, "0 (off) or more"),
                   ("seed", self.seed >= 0, "0 or more"), ("batch_size", self.batch_size >= 1, "1 or more")]
         for name, ok, want in checks:

@@ -148,14 +148,14 @@ def _attention(d: dict, dc: dict, hf: Qwen3Config) -> dict:
 
 # %% ../nbs/00f_hub.ipynb #faf88b59
 def _required(d: dict, dc: dict, key: str, fix: str):
-    v = dc.get(key, d.get(key))
+    v = _recorded(d, dc, key)
     if v is None: raise ValueError(f"config.json has no {key} (in dflash_config or at the top level): {fix}.")
     return v
 
 # %% ../nbs/00f_hub.ipynb #d2c217e3
 def _tap_ids(d: dict, dc: dict, L: int, n_fc_taps: int | None) -> list[int]:
     "The recorded taps; else the reference default for the fc width, with a warning; else an error naming the key."
-    ids = dc.get("target_layer_ids", d.get("target_layer_ids"))
+    ids = _recorded(d, dc, "target_layer_ids")
     if ids is not None: return ids
     if n_fc_taps is None: _required(d, dc, "target_layer_ids", "add the target layer ids the drafter's fc reads")
     ids = default_target_layer_ids(L, n_fc_taps)
@@ -176,11 +176,21 @@ def _dflash2_fields(d: dict, dc: dict) -> dict:
                 final_logit_softcapping=cap if cap is not None and cap > 0 else None)
 
 # %% ../nbs/00f_hub.ipynb #63a78601
-def _num_target_layers(d: dict, dc: dict) -> int | None:
-    "The target depth a config records (in dflash_config or at the top level; they must agree), or None."
-    said = {v for v in (dc.get("num_target_layers"), d.get("num_target_layers")) if v is not None}
-    if len(said) > 1: raise ValueError(f"config.json records num_target_layers twice, differently: {sorted(said)}.")
-    return next(iter(said), None)
+def _recorded(d: dict, dc: dict, key: str):
+    "The `key` a config records (in dflash_config or at the top level; where both, they must agree), or None."
+    said = [v for v in (dc.get(key), d.get(key)) if v is not None]
+    if len(said) == 2 and said[0] != said[1]:
+        raise ValueError(f"config.json records {key} twice, differently: {said[0]!r} in dflash_config, {said[1]!r} at "
+                         "the top level; keep the one the drafter was trained with.")
+    return said[0] if said else None
+
+def _num_target_layers(d: dict, dc: dict, target_layers: int | None) -> int | None:
+    "The target depth a config records, checked against the target's (`target_layers`, when one is given), or None."
+    said = _recorded(d, dc, "num_target_layers")
+    if said is not None and target_layers is not None and said != target_layers:
+        raise ValueError(f"config.json records num_target_layers {said}, but the target has {target_layers} layers: "
+                         "this drafter was trained for another target; give that target.")
+    return said if said is not None else target_layers
 
 # %% ../nbs/00f_hub.ipynb #bedeb680
 def config_from_hub(d: dict, fusion: str | None = None, n_fc_taps: int | None = None,
@@ -191,12 +201,12 @@ def config_from_hub(d: dict, fusion: str | None = None, n_fc_taps: int | None = 
     recorded = dc.get("fusion")
     if fusion and recorded and fusion != recorded:
         raise ValueError(f"config.json records fusion={recorded!r} but the weights imply {fusion!r}.")
-    L = _num_target_layers(d, dc) or num_target_layers
+    L = _num_target_layers(d, dc, num_target_layers)
     if L is None: _required(d, dc, "num_target_layers", "add the target's num_hidden_layers (or pass the target)")
     theta, rope = _rope(hf)
     dims = {k: getattr(hf, k) for k in _QWEN3_KEYS[:9]}
     return DFlashConfig(**dims, rope_theta=theta, rope_parameters=rope, **_attention(d, dc, hf), num_target_layers=L,
-               block_size=dc.get("block_size", d.get("block_size", 16)), target_layer_ids=_tap_ids(d, dc, L, n_fc_taps),
+               block_size=_recorded(d, dc, "block_size") or 16, target_layer_ids=_tap_ids(d, dc, L, n_fc_taps),
                mask_token_id=_required(d, dc, "mask_token_id", "add the mask token id the drafter was trained with "
                                        "(public Qwen3.5/3.6 DFlash drafters use 248070)"),
                fusion=fusion or recorded or "fused", tap_convention=dc.get("tap_convention", TAP_CONVENTION),

@@ -15,8 +15,8 @@ from filelock import FileLock, Timeout
 import torch
 
 # %% auto #0
-__all__ = ['LOCK_NAME', 'new_file_mode', 'atomic_write', 'file_sha256', 'read_json', 'tensor_digest', 'plain_name',
-           'check_output_dir', 'writer_lock']
+__all__ = ['LOCK_NAME', 'new_file_mode', 'atomic_write', 'file_sha256', 'read_json', 'drop_torn_tail', 'read_json_lines',
+           'tensor_digest', 'plain_name', 'check_output_dir', 'writer_lock']
 
 # %% ../nbs/00a_storage.ipynb #166456a4
 def _fsync_dir(path: Path):
@@ -64,6 +64,27 @@ def read_json(path, what: str = "file"):
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}, line {e.lineno} column {e.colno}: not valid JSON ({e.msg}); this {what} is "
                          "damaged: restore it or write it again.") from None
+
+# %% ../nbs/00a_storage.ipynb #f16a44ef
+def drop_torn_tail(path) -> int:
+    "Cut `path` back to its last complete line (a kill mid-write leaves a torn one); the bytes cut (0: none, or no file)."
+    path = Path(path)
+    if not path.exists(): return 0
+    data = path.read_bytes()
+    if (keep := data.rfind(b"\n") + 1) == len(data): return 0
+    with open(path, "rb+") as f: f.truncate(keep)
+    return len(data) - keep
+
+def read_json_lines(path, what: str = "file") -> list:
+    "The records of JSON-lines file `path`, its torn last line (no newline) left out; a bad line names the file."
+    out = []
+    for n, line in enumerate(Path(path).read_text().split("\n")[:-1], 1):
+        if not line.strip(): continue
+        try: out.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{n} is not JSON ({e.msg}): this {what} is damaged; restore it or write it "
+                             "again.") from None
+    return out
 
 # %% ../nbs/00a_storage.ipynb #f38b45f9
 def tensor_digest(tensors: dict) -> str:

@@ -19,7 +19,7 @@ import torch, torch.nn as nn
 import torch.distributed as dist
 from .config import TrainConfig
 from .model import DFlashDraftModel
-from .storage import check_output_dir, writer_lock
+from .storage import check_output_dir, drop_torn_tail, read_json_lines, writer_lock
 from .cache import check_compatible
 from .checkpoint import (CheckpointState, save_checkpoint, latest_checkpoint, read_training_state,
                                   tensor_digest, whole_weights, whole_optimizer_state, load_optimizer_state)
@@ -239,7 +239,8 @@ def due(self: Trainer, every: int) -> bool:
 # %% ../nbs/04a_train.ipynb #5f5a80c0
 @patch
 def log(self: Trainer, rec: dict) -> None:
-    "Append `rec` to `out_dir/metrics.jsonl`."
+    "Append `rec` to `out_dir/metrics.jsonl` (after a kill mid-write, its torn last line is cut first)."
+    drop_torn_tail(self.out / "metrics.jsonl")
     with open(self.out / "metrics.jsonl", "a") as f: f.write(json.dumps(rec) + "\n")
 
 # %% ../nbs/04a_train.ipynb #b50194b5
@@ -269,8 +270,8 @@ def read_metrics(path) -> list[dict]:
     path = Path(path)
     if path.is_dir(): path = path / "metrics.jsonl"
     recs = {}
-    for line in path.read_text().splitlines():
-        if not line.strip(): continue
-        r = json.loads(line)
+    for r in read_json_lines(path, "run's metrics.jsonl"):        # a torn last line (a kill mid-write) is left out
+        if not isinstance(r, dict) or "step" not in r:
+            raise ValueError(f"{path}: a record without a step ({str(r)[:60]}): not a run's metrics.jsonl.")
         recs[r["step"]] = r
     return [recs[k] for k in sorted(recs)]
