@@ -73,7 +73,7 @@ class Range:
         if value not in self: raise ValueError(f"{name}={value} must be {self}" + (f" ({self.note})." if self.note else "."))
 
 # %% ../nbs/00_config.ipynb #369af13d
-TEMPERATURE = Range(1e-3, 100, note="0 is greedy decoding; below 1e-3 sampling is greedy in effect and logits / T overflow")
+TEMPERATURE = Range(1e-6, 100, note="0 is greedy decoding; far below 1e-6, logits / T overflow float32")
 
 # %% ../nbs/00_config.ipynb #0b8bfe66
 DEFAULT_ROPE_THETA = float(Qwen3Config().rope_parameters["rope_theta"])   # transformers' qwen3 default (10000)

@@ -7,7 +7,8 @@ Docs: https://dflash-nb.github.io/dflash_nb/extract.html.md"""
 
 # %% ../nbs/03a_extract.ipynb #9aab8e74
 from __future__ import annotations
-import argparse, dataclasses, hashlib, json, os, queue, threading, warnings
+import argparse, dataclasses, hashlib, json, os, queue, threading, urllib.error, urllib.request, warnings
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,11 +25,11 @@ from .cache import (CACHE_DTYPES, CacheLayout, HiddenStateCache, as_sample, cach
                              iter_chunks, release_freed_memory, select_taps, write_cache)
 
 # %% auto #0
-__all__ = ['GREEDY', 'ENGINE_DTYPES', 'prompt_token_ids', 'eos_token_ids', 'generate_responses', 'tap_sites', 'capture_layers',
-           'extract_taps', 'extract_samples', 'extract_to_cache', 'OnlineHiddenStates', 'tap_parity',
-           'compare_extractions', 'read_prompt_file', 'responses_key', 'read_responses', 'VllmEngine', 'engine_request',
-           'engine_responses', 'cached_responses', 'states_request', 'extract_to_cache_vllm', 'extract_parser',
-           'extract_main']
+__all__ = ['GREEDY', 'ENGINE_DTYPES', 'VLLM_MIN_TEMPERATURE', 'prompt_token_ids', 'eos_token_ids', 'generate_responses',
+           'tap_sites', 'capture_layers', 'extract_taps', 'extract_samples', 'extract_to_cache', 'OnlineHiddenStates',
+           'tap_parity', 'compare_extractions', 'read_prompt_file', 'responses_key', 'read_responses', 'VllmEngine',
+           'engine_request', 'engine_responses', 'served_model', 'server_responses', 'cached_responses',
+           'states_request', 'extract_to_cache_vllm', 'extract_parser', 'extract_main']
 
 # %% ../nbs/03a_extract.ipynb #52e32ffb
 def prompt_token_ids(target, prompt, chat: bool = True) -> list[int]:
@@ -266,7 +267,7 @@ GREEDY = "transformers, greedy"       # how responses were made before the key s
 def responses_key(target, prompts: list, max_new_tokens: int, chat: bool = True, engine=None) -> dict:
     "What a responses file depends on: prompts (hash, count), max_new_tokens, target, dtype, chat, how they were made."
     digest = hashlib.sha256(json.dumps(_jsonable(list(prompts)), sort_keys=True).encode()).hexdigest()[:16]
-    dtype = engine.dtype if engine else str(target.model.dtype).removeprefix("torch.")
+    dtype = "as served" if engine and engine.url else engine.dtype if engine else str(target.model.dtype).removeprefix("torch.")
     return dict(prompts=digest, n_prompts=len(prompts), max_new_tokens=max_new_tokens, target=target.config_hash,
                 dtype=dtype, chat=chat, generated_by=engine.generated_by if engine else GREEDY)
 
@@ -330,6 +331,7 @@ def _with_id(q, ids: list[int]):
 
 # %% ../nbs/03a_extract.ipynb #d923a513
 ENGINE_DTYPES = ("float32", "bfloat16", "float16")
+VLLM_MIN_TEMPERATURE = 1e-5         # vLLM's _SAMPLING_EPS: it decodes greedily below it
 
 @dataclass(frozen=True)
 class VllmEngine:
@@ -342,10 +344,14 @@ class VllmEngine:
     top_k: int = 0                  # 0: no top-k
     seed: int = 0                   # prompt i of the file draws with seed + i
     batch_size: int = 64            # prompts per engine call: each call's responses are written when it ends
+    url: str | None = None          # responses from this OpenAI-compatible server instead of the offline engine
+    served_model: str | None = None # the server's name of the target (None: the first it lists)
 
     def __post_init__(self):
         checks = [("dtype", self.dtype in ENGINE_DTYPES, f"one of {ENGINE_DTYPES}"),
-                  ("temperature", self.temperature == 0 or self.temperature in TEMPERATURE, f"0 (greedy) or {TEMPERATURE}"),
+                  ("temperature", self.temperature == 0 or (self.temperature >= VLLM_MIN_TEMPERATURE and
+                                   self.temperature in TEMPERATURE), f"0 (greedy) or in [{VLLM_MIN_TEMPERATURE:g}, "
+                                   f"{TEMPERATURE.hi:g}] (vLLM samples greedily below {VLLM_MIN_TEMPERATURE:g})"),
                   ("top_p", 0 < self.top_p <= 1, "in (0, 1]"), ("top_k", self.top_k >= 0, "0 (off) or more"),
                   ("seed", self.seed >= 0, "0 or more"), ("batch_size", self.batch_size >= 1, "1 or more")]
         for name, ok, want in checks:
@@ -354,8 +360,9 @@ class VllmEngine:
     @property
     def generated_by(self) -> str:
         "How the responses are made, as the key of a responses file records it."
-        if self.temperature == 0: return "vllm, greedy"
-        return f"vllm, T {self.temperature:g}, top-p {self.top_p:g}, top-k {self.top_k}, seed {self.seed}"
+        source = "vllm" if self.url is None else f"server {self.url} ({self.served_model})"
+        if self.temperature == 0: return f"{source}, greedy"
+        return f"{source}, T {self.temperature:g}, top-p {self.top_p:g}, top-k {self.top_k}, seed {self.seed}"
 
 # %% ../nbs/03a_extract.ipynb #c562eb72
 def engine_request(engine: VllmEngine, prompts: list[list[int]], max_new_tokens: int, eos: list[int],
@@ -382,7 +389,45 @@ def engine_responses(engine: VllmEngine, target, prompts: list, max_new_tokens: 
                                  f"({target.vocab_size}): check that --target is the directory vLLM loads.")
             out.append(_record(prompts[i], ids[i], tokens))
         on_records(out)
-    if prompts: run_worker(engine.python, engine_request(engine, ids, max_new_tokens, eos, first), on_lines=records)
+    if not prompts: return
+    if engine.url is None: run_worker(engine.python, engine_request(engine, ids, max_new_tokens, eos, first), on_lines=records)
+    else: server_responses(engine, ids, max_new_tokens, eos, first, records)
+
+# %% ../nbs/03a_extract.ipynb #b812bcaa
+def _post_json(url: str, body: dict | None = None, timeout: float = 600) -> dict:
+    "The JSON a server answers at `url` (GET, or POST of `body`); a refusal or an unreachable server is one line."
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data, {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r: return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        raise ValueError(f"{url} answered {e.code}: {e.read()[:300].decode(errors='replace')}") from None
+    except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
+        raise ValueError(f"{url} cannot be reached ({e}): start the server, or fix --responses-url.") from None
+
+def served_model(url: str) -> str:
+    "The first model the OpenAI-compatible server at `url` lists."
+    models = _post_json(f"{url}/v1/models").get("data") or []
+    if not models: raise ValueError(f"{url}/v1/models lists no model: give --served-model.")
+    return models[0]["id"]
+
+def server_responses(engine: VllmEngine, prompts: list[list[int]], max_new_tokens: int, eos: list[int], first: int,
+                     on_lines) -> None:
+    "The server's answers to `prompts` (token ids; the `first`-th of their file onwards), as the worker's lines."
+    def ask(i: int) -> dict:
+        body = dict(model=engine.served_model, prompt=prompts[i], max_tokens=max_new_tokens,
+                    temperature=engine.temperature, top_p=engine.top_p, top_k=engine.top_k or None,
+                    seed=engine.seed + first + i, stop_token_ids=list(eos), return_token_ids=True,
+                    skip_special_tokens=False)
+        choice = (_post_json(f"{engine.url}/v1/completions", body).get("choices") or [{}])[0]
+        if choice.get("token_ids") is None or choice.get("prompt_token_ids") is None:
+            raise ValueError(f"{engine.url} answered prompt {first + i} without token ids (text only): re-tokenized "
+                             "text can differ from the tokens generated, so it is not cached; use a server that "
+                             "returns them (vLLM: return_token_ids).")
+        return {"i": i, "prompt": choice["prompt_token_ids"], "tokens": choice["token_ids"]}
+    with ThreadPoolExecutor(8) as pool:
+        for lo in range(0, len(prompts), engine.batch_size):
+            on_lines(list(pool.map(ask, range(lo, min(lo + engine.batch_size, len(prompts))))))
 
 # %% ../nbs/03a_extract.ipynb #78b1e5b7
 def cached_responses(target, prompts: list, path, max_new_tokens: int, batch_size: int, chat: bool = True,
@@ -508,9 +553,13 @@ def extract_parser() -> argparse.ArgumentParser:
                     help="storage dtype (default: bfloat16)")
     ap.add_argument("--no-final", action="store_true",
                     help="do not store the final-layer states (only needed for KL training)")
-    ap.add_argument("--responses-from", choices=("transformers", "vllm"), default="transformers",
-                    help="what generates the responses: transformers (greedy, in this process; the default) or vllm "
-                    "(its offline engine in its own environment: --engine-python; token ids in and out)")
+    ap.add_argument("--responses-from", choices=("transformers", "vllm", "server"), default="transformers",
+                    help="what generates the responses: transformers (greedy, in this process; the default), vllm "
+                    "(its offline engine in its own environment: --engine-python) or server (an OpenAI-compatible "
+                    "server that returns token ids, as vLLM's: --responses-url); token ids in and out")
+    ap.add_argument("--responses-url", help="with --responses-from server: its address, e.g. http://localhost:8000")
+    ap.add_argument("--served-model", help="with --responses-from server: the target's name there (default: the "
+                    "first model it lists)")
     ap.add_argument("--states-from", choices=("transformers", "vllm"), default="transformers",
                     help="what computes the hidden states: transformers (in this process; the default) or vllm (its "
                     "extract_hidden_states method in its own environment; this process then holds the heads only)")
@@ -530,14 +579,22 @@ def _engine(a, dtype: str) -> VllmEngine | None:
     "The engine that generates the responses (None: transformers, greedy); sampling settings without it are refused."
     sampling = [f for f, v, off in (("--temperature", a.temperature, 0.0), ("--top-p", a.top_p, 1.0),
                                     ("--top-k", a.top_k, 0), ("--seed", a.seed, 0)) if v != off]
-    if sampling and a.responses_from != "vllm":
-        raise ValueError(f"{sampling[0]} applies to --responses-from vllm: transformers' responses here are greedy.")
-    if "vllm" not in (a.responses_from, a.states_from):
-        if a.engine_python: raise ValueError("--engine-python applies to --responses-from vllm or --states-from vllm.")
-        return None
+    if sampling and a.responses_from == "transformers":
+        raise ValueError(f"{sampling[0]} applies to --responses-from vllm or server: transformers' responses here are "
+                         "greedy.")
+    if (a.responses_from == "server") != bool(a.responses_url):
+        raise ValueError("--responses-url goes with --responses-from server (e.g. http://localhost:8000, where vllm "
+                         "serve listens), and the one needs the other.")
+    if a.served_model and not a.responses_url: raise ValueError("--served-model applies to --responses-from server.")
+    in_vllm = "vllm" in (a.responses_from, a.states_from)
+    if not in_vllm and a.engine_python:
+        raise ValueError("--engine-python applies to --responses-from vllm or --states-from vllm.")
+    if not in_vllm and not a.responses_url: return None
     dtype = str(checkpoint_dtype(a.target)).removeprefix("torch.") if dtype == "auto" else dtype
-    return VllmEngine(a.target, engine_python(a.engine_python), dtype, a.temperature, a.top_p, a.top_k, a.seed,
-                      batch_size=8 * a.batch_size)
+    url = a.responses_url.rstrip("/") if a.responses_url else None
+    return VllmEngine(a.target, engine_python(a.engine_python) if in_vllm else None, dtype, a.temperature, a.top_p,
+                      a.top_k, a.seed, batch_size=8 * a.batch_size, url=url,
+                      served_model=(a.served_model or served_model(url)) if url else None)
 
 def _extract(a) -> Path:
     for flag, n, what in (("--batch-size", a.batch_size, "sequences per forward"),
@@ -551,12 +608,12 @@ def _extract(a) -> Path:
     # while vLLM holds the target, this process keeps its tokenizer and heads only
     def whole(): return load_target(a.target, backend=a.backend, dtype=dtype, device=device)
     def heads(): return load_target_heads(a.target, dtype=dtype, cpu_float32=False)
-    target = heads() if a.responses_from == "vllm" else whole()
+    target = heads() if a.responses_from != "transformers" else whole()
     taps = check_tap_ids(a.taps or default_target_layer_ids(target.num_layers), target.num_layers)
     layout = CacheLayout(taps, a.convention, CACHE_DTYPES[a.dtype], store_final=not a.no_final)
     out.mkdir(parents=True, exist_ok=True)
     samples = cached_responses(target, prompts, out / "responses.jsonl", a.max_new_tokens, a.batch_size,
-                               chat=not a.raw_prompts, engine=engine if a.responses_from == "vllm" else None)
+                               chat=not a.raw_prompts, engine=engine if a.responses_from != "transformers" else None)
     if a.states_from == "vllm":
         if not target.heads_only:        # the whole target leaves this process before vLLM loads its own
             del target

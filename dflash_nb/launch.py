@@ -8,7 +8,7 @@ Docs: https://dflash-nb.github.io/dflash_nb/launch.html.md"""
 
 # %% ../nbs/05_launch.ipynb #2b9324f5
 from __future__ import annotations
-import argparse, io, json, os, re, signal, subprocess, sys, threading, time
+import argparse, io, os, re, signal, subprocess, sys, threading, time
 from dataclasses import asdict, fields
 from pathlib import Path
 import torch, yaml
@@ -229,9 +229,8 @@ def stop(self: Launch, grace: float = 30.0) -> int:
 # %% ../nbs/05_launch.ipynb #7b1f399d
 @patch
 def metrics(self: Launch) -> list[dict]:
-    "The run's metrics records so far; [] before its first logged step or while rank 0 is half-way through a line."
-    try: return read_metrics(self.out_dir) if (self.out_dir / "metrics.jsonl").exists() else []
-    except json.JSONDecodeError: return []
+    "The run's complete metrics records so far ([] before its first logged step; a line half-written is not read)."
+    return read_metrics(self.out_dir) if (self.out_dir / "metrics.jsonl").exists() else []
 
 # %% ../nbs/05_launch.ipynb #131c2f9f
 def launch(cfg: TrainConfig, nproc: int = 1, config_path=None, extra=(), nodes: Nodes | None = None) -> Launch:

@@ -113,10 +113,13 @@ def test_drafters_the_cpu_build_cannot_serve_are_refused_before_it_starts(smol, 
 def test_extract_through_vllm(smol, tmp_path, capsys):
     """`dflash-extract --responses-from vllm --states-from vllm`: token ids in and out, vLLM's greedy responses are the
     target's (where they part, at a float32 tie), keyed as vLLM's; its hidden states (our CPU connector) equal
-    transformers' on the same samples within float32 rounding over the target's depth."""
+    transformers' on the same samples within float32 rounding over the target's depth, and a drafter accepts the same
+    rounds on both."""
     import json
     from dflash_nb.cache import CacheLayout, HiddenStateCache
+    from dflash_nb.evaluate import offline_tau
     from dflash_nb.extract import extract_main, extract_to_cache, read_responses, tap_parity
+    from dflash_nb.model import DFlashDraftModel
     from dflash_nb.toy import load_prompts
     (tmp_path / "prompts.jsonl").write_text("".join(json.dumps(p) + "\n" for p in load_prompts("eval")[:N]))
     out = tmp_path / "x"
@@ -146,3 +149,8 @@ def test_extract_through_vllm(smol, tmp_path, capsys):
               "transformers' (relative L2): " + ", ".join(f"{r['tap']}: {r['rel_l2']:.1e}" for r in parity))
     bound = 64 * torch.finfo(torch.float32).eps * smol.target.num_layers
     assert [r["tap"] for r in parity] == by_vllm.tap_ids + ["final"] and all(r["rel_l2"] <= bound for r in parity)
+    # the drafter trained on transformers' data accepts the same on both caches, round by round
+    model = DFlashDraftModel.from_pretrained(smol.ck, target_model=smol.target.model).eval()
+    on_hf, on_vllm = (offline_tau(model, c, budgets=()) for c in (by_hf, by_vllm))
+    with capsys.disabled(): print(f"offline τ on transformers' states {on_hf.tau:.4f}, on vLLM's {on_vllm.tau:.4f}")
+    assert on_vllm.rounds == on_hf.rounds
