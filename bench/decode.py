@@ -3,7 +3,7 @@ decoding, and the per-round breakdown (draft, verify, rollback) of today's path 
 the same run. Prints tables; asserts nothing.
 
     python bench/decode.py [--drafter PATH] [--prompts 24] [--max-new-tokens 64] [--train-steps 300] [--threads 1]
-                           [--target PATH] [--dense-prompts 8]
+                           [--target PATH] [--dense-prompts 8] [--dflash2-only]
 
 Target: the toy target (`dflash_nb.toy.load_toy_target`, a Qwen3.5 hybrid) unless `--target` names a local HF model
 directory; a random tiny Qwen3.5 of the toy's shape if neither is available. Prompts: the toy's eval prompts.
@@ -44,13 +44,34 @@ the hybrid and 3.27 ms on the twin:
 | attention-only twin: measured speedup (ideal) | 0.76x (1.05x) | 0.94x (1.14x) |
 | attention-only twin: measured / ideal | 0.72 | 0.82 |
 
+DFlash 2 (issue 48). A table compares a DFlash 2 round's drafting with a DFlash round of the same backbone
+(`upgrade_to_dflash2` of the drafter, z-lab's shape: convs of 2 taps in groups of 16, selector rank 256 over the top 16,
+random DFlash 2 weights): "before" is the reference forward the step fell back to (`RoundDrafter.states`, then
+`draft_scores`), "after" the laid-out step (convs in `LayerWeights.step`, the walk in `SelectorWeights.scores`). All
+paths interleaved in one run, 3 repeats, medians; ratios are to the DFlash step of the same repeat.
+`--dflash2-only` prints just that table, on a random drafter of the toy's shape and on one of SmolLM2-135M's shape
+(drafting cost does not depend on training). Recorded (1 thread of a 2-core CPU shared with other jobs, load 1-2):
+
+| DFlash 2 round ÷ DFlash round | toy (H 128, V 4096), before | toy, after | SmolLM2-135M shape, before | after |
+|---|---|---|---|---|
+| conv only | 2.43x | 1.13x | 0.85x | 1.03x |
+| selector only | 2.34x | 1.22x | 0.87x | 1.04x |
+| conv + selector | 2.89x | 1.32x | 0.90x | 1.04x |
+
+At the toy's size a round is a few hundred small torch calls (DFlash: 2.96 ms, under that load); DFlash 2 adds ~11
+per conv (4 per round) and ~14 for the walk, whose top-K over the vocabulary alone is ~4%: per-call overhead, not
+arithmetic. At SmolLM2's shape the lm_head dominates and DFlash 2 costs 1.03-1.04x. There the reference forward is
+faster than either laid-out step: its lm_head product reads [out, in] (nn.Linear), which at 7 rows x 49152 measured
+faster than the [in, out] copy here; that is the DFlash layout's question, not DFlash 2's.
+
 A second run, with every time a little lower (t1 6.25 and 3.26 ms), gave 0.90 and 0.84 after (0.64 and 0.73 before),
 with drafting at 9.6% and 16.8% of a verify. The rollback is gone from the hybrid's round (a copy of one recorded
 state), and the node-by-node verify is faster than the chunked one at these lengths. The [in, out] layout of
 `RoundDrafter.weights` makes each product 1.4-1.9x faster (the layout table), which took a round's drafting from 1.39 to
 1.15 ms on the hybrid and from 1.21 to 0.99 ms on the twin.
 """
-import argparse, tempfile, time, timeit
+import argparse, statistics, tempfile, time, timeit
+from functools import partial
 from pathlib import Path
 import torch
 from dflash_nb.config import default_target_layer_ids
@@ -61,7 +82,7 @@ from dflash_nb.evaluate import offline_tau
 from dflash_nb.cache import HiddenStateCache, check_compatible, CacheLayout
 from dflash_nb.extract import capture_layers, eos_token_ids, extract_to_cache, generate_responses, prompt_token_ids
 from dflash_nb.extract import tap_sites
-from dflash_nb.model import DFlashDraftModel
+from dflash_nb.model import DFlashDraftModel, upgrade_to_dflash2
 from dflash_nb.drafting import RoundDrafter
 from dflash_nb.target import linear_attention_layers, load_target, tiny_target
 from dflash_nb.config import TrainConfig
@@ -319,11 +340,78 @@ def step_rows(drafter, steps: int = 200) -> list:
             ("RoundDrafter.step after 64 MB copied, as a verify evicts the caches (ms, median)", f"{cold:.3f}")]
 
 
+DFLASH2_KINDS = {"conv only": dict(selector_rank=0), "selector only": dict(conv_kernel_size=0), "conv + selector": {}}
+
+
+def dflash2_of(drafter, **over):
+    "A DFlash 2 drafter of `drafter`'s backbone, z-lab's shape (conv 2 taps, groups of 16, selector rank 256, top-16)."
+    d = upgrade_to_dflash2(drafter, **(dict(conv_kernel_size=2, conv_group_size=16, selector_rank=256,
+                                            selector_top_k=16) | over))
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)                        # trained-looking: the convs and transitions are not the identity
+        for p in d.parameters():
+            if p.dim() > 1 and not p.any(): p.normal_(0, 0.02)
+    return d
+
+
+def reference_dflash2_step(rounds: RoundDrafter, anchor, context, taps):
+    "A DFlash 2 round as `RoundDrafter.step` drafted it before its laid-out path: the reference forward, the walk."
+    with torch.inference_mode():
+        h, ctx = rounds.states(anchor, context, taps)
+        return rounds.drafter.draft_scores(h, anchor)[0], ctx
+
+
+def dflash2_rows(drafter, steps: int = 150, repeats: int = 3) -> list:
+    "Median ms of a round's drafting by DFlash 2 drafters of `drafter`'s backbone, before and after, ÷ DFlash's round."
+    paths = {"DFlash: RoundDrafter.step": (RoundDrafter(drafter).step, drafter)}
+    for name, over in DFLASH2_KINDS.items():
+        d = dflash2_of(drafter, **over)
+        paths[f"DFlash 2, {name}: before (reference forward)"] = (partial(reference_dflash2_step, RoundDrafter(d)), d)
+        paths[f"DFlash 2, {name}: after (RoundDrafter.step)"] = (RoundDrafter(d).step, d)
+    n_in, names = drafter.config.fc_in_features, list(paths)
+    runs = []                                       # per repeat: {path: median ms}
+    for r in range(repeats):
+        g, times, ctx = torch.Generator().manual_seed(r), {k: [] for k in names}, {}
+        for i in range(steps):
+            if i % 64 == 0: start = torch.randn(1, 64, n_in, generator=g)      # a new prompt: context of 64 rows
+            taps, anchor = torch.randn(1, 2, n_in, generator=g), torch.randint(0, 100, (1,), generator=g)
+            for k in names[i % len(names):] + names[:i % len(names)]:         # every path, in rotating order
+                f, d = paths[k]
+                if i % 64 == 0: ctx[k] = d.extend_context(start)
+                t0 = time.perf_counter()
+                ctx[k] = f(anchor, ctx[k], taps)[1]
+                times[k].append(time.perf_counter() - t0)
+        runs.append({k: 1e3 * statistics.median(v) for k, v in times.items()})
+    base = names[0]
+    ratios = {k: [run[k] / run[base] for run in runs] for k in names}
+    return [(k, f"{statistics.median(run[k] for run in runs):.3f}",
+             f"{statistics.median(ratios[k]):.2f}x ({min(ratios[k]):.2f}-{max(ratios[k]):.2f})") for k in names]
+
+
 def print_table(header, rows):
     w = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
     line = lambda r: "| " + " | ".join(f"{str(x):<{w[i]}}" for i, x in enumerate(r)) + " |"
     print("\n" + line(header) + "\n|" + "|".join("-" * (x + 2) for x in w) + "|")
     for r in rows: print(line(r))
+
+
+def smollm_shaped_drafter(block_size: int = 8) -> DFlashDraftModel:
+    "A random 2-layer drafter of SmolLM2-135M's shape (H 576, 9 heads of 64, 3 KV heads, MLP 1536, V 49152), own head."
+    from dflash_nb.config import DFlashConfig
+    c = DFlashConfig(num_hidden_layers=2, hidden_size=576, num_attention_heads=9, num_key_value_heads=3, head_dim=64,
+                     intermediate_size=1536, vocab_size=49152, num_target_layers=30, mask_token_id=49151,
+                     block_size=block_size)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return DFlashDraftModel(c)
+
+
+def print_dflash2_table(drafter, name: str = "", steps: int = 150):
+    "`dflash2_rows` as a table."
+    c = drafter.config
+    shape = f"{name}H {c.hidden_size}, V {c.vocab_size}, {c.num_hidden_layers} layers, block {c.block_size}"
+    print_table((f"one round's drafting ({shape}; 2 pending rows, context 64-200)", "ms (median)",
+                 "÷ DFlash round (range over repeats)"), dflash2_rows(drafter, steps))
 
 
 def main():
@@ -337,9 +425,17 @@ def main():
     ap.add_argument("--train-prompts", type=int, default=64)
     ap.add_argument("--block-size", type=int, default=8, help="block size of the quick drafter")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap.add_argument("--dflash2-only", action="store_true",
+                    help="only the DFlash 2 round-cost table, on a random drafter (cost does not depend on training)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     target, tname = get_target(args.target)
+    if args.dflash2_only:
+        with tempfile.TemporaryDirectory() as d:
+            drafter, dname = get_drafter(argparse.Namespace(**{**vars(args), "train_steps": 0}), target, Path(d))
+        print(f"target {tname}; drafter {dname}")
+        print_dflash2_table(drafter, "toy: ")
+        return print_dflash2_table(smollm_shaped_drafter(args.block_size), "SmolLM2-135M's shape: ", 60)
     eos = eos_token_ids(target)
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
@@ -370,6 +466,7 @@ def main():
         print_table((f"{drafter.config.block_size} rows @ matrix", "µs, stored [out, in]", "µs, [in, out]", "ratio"),
                     layout_rows(drafter))
         print_table(("one drafting step", "value"), step_rows(drafter))
+    print_dflash2_table(drafter)
     hybrid = before_after(target, drafter, prompts, args.max_new_tokens, eos)
     short = "toy hybrid" if tname.startswith("toy") else tname
     twin, scheduled = dense_twin(target, drafter)

@@ -19,14 +19,14 @@ from safetensors.torch import save_file
 from tqdm.auto import tqdm
 from fastcore.basics import patch
 from .config import TAP_CONVENTION, TAP_CONVENTIONS, hidden_state_index
-from .storage import atomic_write, check_output_dir, file_sha256, plain_name, writer_lock
+from .storage import atomic_write, check_output_dir, file_sha256, json_text, plain_name, writer_lock
 
 # %% auto #0
 __all__ = ['CACHE_FORMAT', 'CACHE_VERSION', 'MANIFEST', 'CACHE_DTYPES', 'TABLE_KEY', 'MANIFEST_FIELDS', 'SHARD_FIELDS',
-           'LATER_SHARD_FIELDS', 'VERIFY_ENV', 'VERIFY_ON', 'VERIFY_OFF', 'check_tap_ids', 'as_sample', 'iter_chunks',
-           'CacheLayout', 'cache_header', 'rows_digest', 'write_shard', 'CacheShardError', 'check_shard',
+           'LATER_FIELDS', 'LATER_SHARD_FIELDS', 'VERIFY_ENV', 'VERIFY_ON', 'VERIFY_OFF', 'check_tap_ids', 'as_sample',
+           'iter_chunks', 'CacheLayout', 'cache_header', 'rows_digest', 'write_shard', 'CacheShardError', 'check_shard',
            'read_manifest', 'release_freed_memory', 'write_cache', 'resolve_cache_dir', 'verify_by_default',
-           'HiddenStateCache', 'select_taps', 'check_compatible', 'rewrite_cache']
+           'HiddenStateCache', 'select_taps', 'check_compatible', 'shared_shards', 'rewrite_cache']
 
 # %% ../nbs/03_cache.ipynb #179b581e
 CACHE_FORMAT, CACHE_VERSION, MANIFEST = "dflash_nb.hidden_state_cache", 1, "manifest.json"
@@ -203,7 +203,14 @@ def read_manifest(path) -> dict:
         raise ValueError(f"{f} is format {m.get('format')!r} version {m.get('version')}; this dflash_nb reads "
                          f"{CACHE_FORMAT!r} version {CACHE_VERSION}: re-extract the cache.")
     _check_fields(m, MANIFEST_FIELDS, f)
+    if bad := [k for k, t in LATER_FIELDS.items() if k in m and _wrong_type(m, k, t)]:
+        raise ValueError(f"{f}: fields {bad} are of the wrong type; the manifest is damaged: re-extract the cache.")
     for e in m["shards"]: _check_entry(e, f)
+    for k in ("index", "file"):
+        seen = set()
+        if (twice := next((e[k] for e in m["shards"] if e[k] in seen or seen.add(e[k])), None)) is not None:
+            raise ValueError(f"{f} lists shard {k} {twice!r} twice, which would read its samples twice: the manifest "
+                             "is damaged; re-extract the cache.")
     return m
 
 # %% ../nbs/03_cache.ipynb #abfff8e9
@@ -211,6 +218,7 @@ MANIFEST_FIELDS = dict(target_name=str, target_hash=(str, type(None)), num_targe
                        hidden_size=int, tap_ids=list, tap_convention=str, dtype=str, has_final=bool,
                        samples_per_shard=int, complete=bool, shards=list)
 SHARD_FIELDS = dict(index=int, file=str, lengths=list, bytes=int, sha256=str, samples=str)
+LATER_FIELDS = dict(target_weights=str)  # manifest fields that older caches lack
 LATER_SHARD_FIELDS = dict(digests=str)   # fields that older caches' shard entries lack
 
 def _wrong_type(d, k, t) -> bool:
@@ -239,7 +247,7 @@ def _check_entry(e, f: Path):
 
 # %% ../nbs/03_cache.ipynb #f7e9586e
 def _write_manifest(out_dir: Path, m: dict):
-    atomic_write(out_dir / MANIFEST, lambda p: p.write_text(json.dumps(m, separators=(",", ":"))))
+    atomic_write(out_dir / MANIFEST, lambda p: p.write_text(json_text(m, p, separators=(",", ":"))))
 
 # %% ../nbs/03_cache.ipynb #9bc37518
 def _digest(parts) -> str:
@@ -444,8 +452,13 @@ def taps_for(self: HiddenStateCache, i: int, layer_ids) -> torch.Tensor:
 
 # %% ../nbs/03_cache.ipynb #f8484ed6
 def check_compatible(cache: HiddenStateCache, target_hash: str | None = None, tap_ids=None,
-                     convention: str | None = None) -> HiddenStateCache:
+                     convention: str | None = None, target_weights: str | None = None) -> HiddenStateCache:
     "`cache`, or a ValueError if it comes from another target, uses another tap convention, or lacks some of `tap_ids`."
+    recorded = getattr(cache, "manifest", {}).get("target_weights")      # online data: states of the target itself
+    if target_weights is not None and recorded is not None and recorded != target_weights:
+        raise ValueError(f"Cache {cache.path} was extracted from a target whose weights have fingerprint {recorded}; "
+                         f"the target given has {target_weights} (same config, other weights, or the same weights "
+                         "stored in another dtype): give the target the cache was extracted from, or re-extract.")
     if target_hash is not None and cache.target_hash is None:
         warnings.warn(f"Cache {cache.path} does not record its target's fingerprint (imported without a target), so it "
                       f"cannot be checked against target {target_hash}. Re-import it with the target to record it: "
@@ -460,6 +473,12 @@ def check_compatible(cache: HiddenStateCache, target_hash: str | None = None, ta
                          "ids would point one layer off. Re-extract, or read it with the matching convention.")
     if tap_ids is not None: _tap_positions(cache.tap_ids, tap_ids)
     return cache
+
+# %% ../nbs/03_cache.ipynb #bec102d4
+def shared_shards(a, b) -> int:
+    "How many shards of cache `b` hold exactly the samples of a shard of cache `a` (by their token digests)."
+    held = {e["samples"] for e in read_manifest(resolve_cache_dir(a))["shards"]}
+    return sum(e["samples"] in held for e in read_manifest(resolve_cache_dir(b))["shards"])
 
 # %% ../nbs/03_cache.ipynb #136dbf95
 def rewrite_cache(src, out_dir, progress: bool = False) -> Path:

@@ -16,7 +16,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_optimizer_state_dict)
 from .model import DFlashDraftModel, drafter_state_dict
 from .hub import read_drafter_tensors
-from .storage import atomic_write, plain_name, tensor_digest
+from .storage import atomic_write, json_text, plain_name, tensor_digest
 
 # %% auto #0
 __all__ = ['STATE_TENSORS', 'LEGACY_STATE_TENSORS', 'WHOLE_ON_RANK0', 'weight_digest', 'CheckpointState', 'latest_checkpoint',
@@ -50,7 +50,7 @@ def latest_checkpoint(out_dir) -> Path | None:
 
 # %% ../nbs/04_checkpoint.ipynb #d2a14ec5
 def _json_writer(obj):
-    return lambda p: p.write_text(json.dumps(obj, indent=1))
+    return lambda p: p.write_text(json_text(obj, p, indent=1))
 
 # %% ../nbs/04_checkpoint.ipynb #c44eea1f
 STATE_TENSORS = Path("training") / "state.safetensors"   # optimizer and RNG tensors, below the drafter's own files

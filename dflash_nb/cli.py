@@ -6,13 +6,13 @@ Docs: https://dflash-nb.github.io/dflash_nb/cli.html.md"""
 
 # %% ../nbs/00b_cli.ipynb #37d2c9bc
 from __future__ import annotations
-import difflib, io, re, sys
+import argparse, difflib, io, re, sys
 from contextlib import contextmanager, redirect_stderr
 from pathlib import Path
 import yaml
 
 # %% auto #0
-__all__ = ['REFUSED', 'refusals', 'exit_status', 'check_keys', 'SettingsLoader', 'parse_settings', 'read_settings']
+__all__ = ['REFUSED', 'refusals', 'exit_status', 'check_keys', 'SettingsLoader', 'parse_settings', 'read_settings', 'label']
 
 # %% ../nbs/00b_cli.ipynb #1804cd59
 REFUSED = (ValueError, OSError, yaml.YAMLError)   # refused inputs: bad settings and values, files, YAML
@@ -76,3 +76,10 @@ def read_settings(path, valid, what: str, **overrides) -> dict:
     raw |= {k: v for k, v in overrides.items() if v is not None}
     check_keys(raw, valid, str(path))
     return raw
+
+# %% ../nbs/00b_cli.ipynb #e01f71ac
+def label(text: str) -> str:
+    "`text` as a label (argparse `type=`): refused unless it is non-empty, on one line, without surrounding spaces."
+    if not text.strip() or text != text.strip() or "\n" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a label: give a non-empty name on one line, e.g. fused.")
+    return text

@@ -14,10 +14,11 @@ from .cli import check_keys, read_settings
 
 # %% auto #0
 __all__ = ['TAP_CONVENTION', 'TAP_CONVENTIONS', 'FUSIONS', 'LAYER_TYPES', 'TEMPERATURE', 'DEFAULT_ROPE_THETA', 'POSITIVE_DIMS',
-           'ROPE_TYPES', 'DRAFTER_RANGES', 'ATTENTION_MODES', 'LOSSES', 'SOURCES', 'SCHEDULES', 'PARALLELS',
-           'INIT_NORMS', 'POSITION_WEIGHTS', 'OPTIMIZERS', 'FIELD_TYPES', 'TRAIN_RANGES', 'DRAFTER_KEYS',
-           'hidden_state_index', 'default_target_layer_ids', 'fc_tap_ids', 'Range', 'DFlashConfig', 'LayerAttention',
-           'TrainConfig', 'check_repro_noise', 'range_table', 'load_train_config']
+           'ROPE_TYPES', 'DRAFTER_RANGES', 'ATTENTION_MODES', 'LOSSES', 'MIX_LOSSES', 'SOFT_LOSSES', 'SOURCES',
+           'SCHEDULES', 'PARALLELS', 'INIT_NORMS', 'POSITION_WEIGHTS', 'OPTIMIZERS', 'FIELD_TYPES', 'TRAIN_RANGES',
+           'LOSS_WEIGHT', 'DRAFTER_KEYS', 'hidden_state_index', 'default_target_layer_ids', 'fc_tap_ids', 'Range',
+           'DFlashConfig', 'LayerAttention', 'TrainConfig', 'check_repro_noise', 'check_loss', 'range_table',
+           'load_train_config']
 
 # %% ../nbs/00_config.ipynb #10ad5f17
 TAP_CONVENTION = "layer_output"  # tap id k = output of decoder layer k = HF hidden_states[k+1]
@@ -300,7 +301,9 @@ def with_attention(self: DFlashConfig, mode: str = "config") -> DFlashConfig:
     raise ValueError(f"Unknown attention mode {mode!r}; use one of {ATTENTION_MODES}.")
 
 # %% ../nbs/00_config.ipynb #52886ac2
-LOSSES, SOURCES, SCHEDULES = ("ce", "kl"), ("auto", "tokens", "final", "deepest_tap"), ("constant", "linear", "cosine")
+LOSSES = ("ce", "kl", "tv", "nla", "lk_hybrid", "mix")   # mix: the weighted sum of the terms in `loss_mix`
+MIX_LOSSES, SOFT_LOSSES = LOSSES[:-1], ("kl", "tv", "nla", "lk_hybrid")   # what a mix sums; what needs target logits
+SOURCES, SCHEDULES = ("auto", "tokens", "final", "deepest_tap"), ("constant", "linear", "cosine")
 PARALLELS, INIT_NORMS = ("ddp", "fsdp"), ("default", "target", "small")
 POSITION_WEIGHTS, OPTIMIZERS = ("gamma", "dpace"), ("adamw", "muon")
 
@@ -315,7 +318,9 @@ class TrainConfig:
     drafter: dict = field(default_factory=dict)  # DFlashConfig fields: num_hidden_layers, block_size, fusion, ...
     init_from: str = ""               # start from this drafter checkpoint, e.g. a retrofit (its config beats `drafter`)
     init_norm: str = "default"        # drafter final norm at step 0: default (ones), target (the target's), small
-    loss: str = "ce"                  # "ce" (hard labels) or "kl" (soft, against target logits)
+    loss: str = "ce"                  # ce (hard labels); kl, tv, nla, lk_hybrid (against target logits); mix
+    loss_mix: dict = field(default_factory=dict)  # loss "mix": {term: weight}, e.g. {ce: 0.1, tv: 0.9}, as given
+    lk_eta: float = 3.0               # lk_hybrid: KL's share exp(-lk_eta·α) (α, the overlap, detached); rest is TV
     target_source: str = "auto"       # auto, tokens, final or deepest_tap (`source` resolves auto)
     gamma: float = 7.0                # position decay exp(-(k-1)/gamma)
     streak: float = 0.0               # streak-aware up-weighting of slots whose predecessors are right (0 = off)
@@ -382,6 +387,7 @@ TRAIN_RANGES = {
     "noise_std": Range(0, 10, note="fc-input noise relative to each tap's RMS; 0: off"),
     "streak": Range(0, note="0: off"), "gamma": Range(0, lo_open=True, note="7 is the paper's value for block 16"),
     "dpace_alpha": Range(0, 1, note="0.5 is D-PACE's"), "loss_chunk": Range(0, note="anchors per chunk of the loss; 0: all at once"),
+    "lk_eta": Range(0, note="lk_hybrid's blend λ = exp(-lk_eta·α); 3 is the LK paper's; 0: all KL"),
     "seed": Range(0, note="any non-negative integer"), "slot_grads_every": Range(0, note="0: off"),
     "selector_weight": Range(0, note="0: off"), "selector_warmup": Range(0, 1, note="a fraction of the steps")}
 
@@ -391,6 +397,27 @@ def _check_kind(name, value, kind: str):
     bad_bool = kind != "bool" and isinstance(value, bool)
     if not isinstance(value, types) or bad_bool or (kind == "float" and not math.isfinite(value)):
         raise ValueError(f"{name}={value!r} must be {what}.")
+
+# %% ../nbs/00_config.ipynb #62381e7e
+LOSS_WEIGHT = Range(0, note="a loss_mix weight, used as given")
+
+def check_loss(cfg: TrainConfig) -> None:
+    "A ValueError naming the fix when `loss`, `loss_mix` and the target source do not fit together."
+    mix = cfg.loss_mix
+    if cfg.loss == "mix" and not mix: raise ValueError("loss='mix' needs loss_mix, e.g. {ce: 0.1, tv: 0.9}.")
+    if mix and cfg.loss != "mix":
+        raise ValueError(f"loss_mix is read only with loss='mix' (loss is {cfg.loss!r}): "
+                         "set loss: mix, or drop loss_mix.")
+    for k, v in mix.items():
+        if k not in MIX_LOSSES: raise ValueError(f"loss_mix term {k!r} is not one of {MIX_LOSSES}.")
+        _check_kind(f"loss_mix[{k!r}]", v, "float")
+        LOSS_WEIGHT.check(f"loss_mix[{k!r}]", v)
+    if mix and not any(mix.values()): raise ValueError(f"loss_mix={mix} has no weight > 0: give one term a weight > 0.")
+    soft = [k for k in cfg.loss_terms if k in SOFT_LOSSES]
+    if soft and cfg.source == "tokens":
+        what = f"loss={cfg.loss!r}" if cfg.loss != "mix" else f"loss_mix term {soft[0]!r}"
+        raise ValueError(f"{what} needs target logits: set target_source='final' (a cache with final states) "
+                         "or 'deepest_tap'.")
 
 # %% ../nbs/00_config.ipynb #3e74ee8f
 @patch(nm="validate")
@@ -405,9 +432,7 @@ def _validate_run(self: TrainConfig) -> TrainConfig:
     for k, r in TRAIN_RANGES.items(): r.check(k, getattr(self, k))
     if self.position_weight == "dpace" and (self.loss != "ce" or self.streak):
         raise ValueError("position_weight='dpace' weights slots by the drafter's own CE: use loss='ce' and streak=0.")
-    if self.loss == "kl" and self.source == "tokens":
-        raise ValueError("loss='kl' needs target logits: set target_source='final' (a cache with final states) "
-                         "or 'deepest_tap'.")
+    check_loss(self)
     if self.optimizer == "muon" and self.parallel == "fsdp":
         raise ValueError("optimizer='muon' orthogonalises whole weight matrices; FSDP shards them: use parallel='ddp'.")
     if self.init_from and self.init_norm != "default":
@@ -421,6 +446,13 @@ def source(self: TrainConfig) -> str:
     "The resolved target source."
     if self.target_source != "auto": return self.target_source
     return "deepest_tap" if self.drafter.get("fusion") == "split" else "tokens"
+
+# %% ../nbs/00_config.ipynb #5f39fd5c
+@patch(as_prop=True)
+def loss_terms(self: TrainConfig) -> dict:
+    "{loss: weight} the objective sums per slot: `{loss: 1.0}`, or `loss_mix`'s terms of weight > 0."
+    if self.loss != "mix": return {self.loss: 1.0}
+    return {k: float(v) for k, v in self.loss_mix.items() if v > 0}
 
 # %% ../nbs/00_config.ipynb #272e4fdd
 def range_table(ranges: dict | None = None, defaults: dict | None = None, prefix: str = "") -> str:
@@ -436,5 +468,8 @@ DRAFTER_KEYS = {f.name for f in fields(DFlashConfig)} - {"hidden_size", "vocab_s
 def load_train_config(path, **overrides) -> TrainConfig:
     "A validated `TrainConfig` from YAML file `path`, with `overrides` applied."
     raw = read_settings(path, {f.name for f in fields(TrainConfig)}, "TrainConfig", **overrides)
-    check_keys(raw.get("drafter") or {}, DRAFTER_KEYS, f"{path} (drafter)")
+    if not isinstance(drafter := raw.get("drafter") or {}, dict):
+        raise ValueError(f"{path}: drafter is {drafter!r}; give a mapping of drafter fields, e.g. "
+                         "{num_hidden_layers: 5, block_size: 16}.")
+    check_keys(drafter, DRAFTER_KEYS, f"{path} (drafter)")
     return TrainConfig(**raw).validate()

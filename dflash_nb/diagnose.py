@@ -32,8 +32,8 @@ from .checkpoint import latest_checkpoint, read_training_state
 from .engine import comparison_line, engine_device, serve_comparison
 from .vllm_worker import engine_python
 from .serving import ENGINES, drafter_paths, serving_problems
-from .storage import atomic_write, check_output_dir
-from .cli import refusals
+from .storage import atomic_write, check_output_dir, check_outputs_apart, json_text
+from .cli import label, refusals
 
 
 # %% auto #0
@@ -466,7 +466,7 @@ def _tap_errors(target, recs: list[dict], tap_ids, convention: str, H: int) -> l
 
 def live_checks(cache: HiddenStateCache, target, n: int = 2) -> list[dict]:
     "Rows {check, passed (None: not run), measured}: `n` cached samples re-extracted by the live `target`, compared."
-    check_compatible(cache, target_hash=target.config_hash)
+    check_compatible(cache, target_hash=target.config_hash, target_weights=target.weights)
     recs, ids, H = [cache[i] for i in range(min(n, len(cache)))], cache.tap_ids, cache.hidden_size
     tol = live_tolerance(cache.dtype, next(target.model.parameters()).dtype)
     err = {c: _tap_errors(target, recs, ids, c, H) for c in TAP_CONVENTIONS}
@@ -626,7 +626,7 @@ def diagnose(drafters: dict, cache: HiddenStateCache, target_model, out, target=
               "online": live, "counterfactuals": changes, "readings": readings, "attribution": atts,
               "architecture": arch, "not applied": notes, "study_answers": answers, "checks": checks,
               "cache_checks": cache_checks, "train_vs_serve": tvs, "overfit": gates, "served": served}
-    atomic_write(out / "diagnosis.json", lambda p: p.write_text(json.dumps(record, indent=1)))
+    atomic_write(out / "diagnosis.json", lambda p: p.write_text(json_text(record, p, indent=1)))
     return atomic_write(out / "report.md", lambda p: p.write_text(text))
 
 
@@ -637,7 +637,7 @@ def diagnose_parser() -> argparse.ArgumentParser:
                                  "measured on one cache, and their gap attributed by counterfactuals.")
     ap.add_argument("--drafter", action="append", required=True,
                     help="a drafter checkpoint directory or a training run directory; repeat (2 or more to compare)")
-    ap.add_argument("--names", nargs="*", help="a label per drafter, in order (default: directory names)")
+    ap.add_argument("--names", nargs="*", type=label, help="a label per drafter, in order (default: directory names)")
     ap.add_argument("--cache", required=True, help="hidden-state cache holding every tap the drafters read")
     ap.add_argument("--target", required=True, help="target model directory (embeddings, final norm, lm_head)")
     ap.add_argument("--budgets", type=int, nargs="*", default=[8], help="DDTree budgets besides B-1 (default: 8)")
@@ -667,10 +667,13 @@ def diagnose_main(argv=None) -> None:
             raise ValueError(f"--budgets {bad}: a DDTree budget is a number of nodes >= 1 (e.g. 8 15).")
         sampling = eval_sampling(a)
         check_output_dir(a.out)
+        check_outputs_apart({"--out": a.out}, {"--cache": a.cache, "--target": a.target} |
+                            {f"--drafter {d}": d for d in a.drafter})
         names = a.names or [Path(p).name for p in a.drafter]
         if len(set(names)) < len(names):
             raise ValueError(f"Two drafters are both named {names}: give --names.")
         cache, heads = HiddenStateCache(a.cache), load_target_heads(a.target)
+        check_compatible(cache, target_hash=heads.config_hash, target_weights=heads.weights)
         if heads.model.compute: print(f"dflash-diagnose: {heads.model.compute}", flush=True)
         idx = range(min(a.limit, len(cache))) if a.limit else None
         if a.engine: engine_python(a.engine_python)

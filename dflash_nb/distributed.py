@@ -34,9 +34,9 @@ def resolve_device(device: str = "auto", local_rank: int = 0) -> torch.device:
     if device == "auto": device = "cuda" if torch.cuda.is_available() else "cpu"
     if not device.startswith("cuda"): return torch.device(device)
     if not torch.cuda.is_available():
-        raise RuntimeError("device='cuda' but torch sees no CUDA GPU: use device='cpu' (or 'auto').")
+        raise ValueError("device='cuda' but torch sees no CUDA GPU: use device='cpu' (or 'auto').")
     if not 0 <= local_rank < (n := torch.cuda.device_count()):
-        raise RuntimeError(f"LOCAL_RANK={local_rank} but this node sees {n} GPU(s): start at most {n} processes per "
+        raise ValueError(f"LOCAL_RANK={local_rank} but this node sees {n} GPU(s): start at most {n} processes per "
                            "node (--nproc-per-node), or expose more GPUs (CUDA_VISIBLE_DEVICES).")
     return torch.device("cuda", local_rank)
 

@@ -12,10 +12,11 @@ import torch.nn.functional as F
 from fastcore.basics import patch
 from .ops import rms_norm, apply_rope, rope_cos_sin, dflash_mask_mod, dense_mask, sdpa_attend
 from .model import DFlashDraftModel, DFlashDecoderLayer, ContextCache
+from .dflash2 import DynamicConv, unary_scores
 
 # %% auto #0
-__all__ = ['block_attend', 'LayerWeights', 'layer_weights', 'DraftWeights', 'RoundDrafter', 'DraftBuffers', 'DraftContext',
-           'BlockRows', 'BlockDrafts']
+__all__ = ['block_attend', 'LayerWeights', 'layer_weights', 'ConvWeights', 'conv_weights', 'SelectorWeights', 'selector_weights',
+           'DraftWeights', 'RoundDrafter', 'DraftBuffers', 'DraftContext', 'BlockRows', 'BlockDrafts']
 
 # %% ../nbs/01a_drafting.ipynb #bf6a9037
 def block_attend(a, ctx_len: int, block_size: int, device):
@@ -46,21 +47,106 @@ class LayerWeights:
     heads: int
     kv_heads: int
     head_dim: int
+    attention_conv: ConvWeights | None = None   # DFlash 2's convs around the attention and the MLP (None: DFlash)
+    mlp_conv: ConvWeights | None = None
 
 # %% ../nbs/01a_drafting.ipynb #bd682eb1
+def _plain(p: torch.nn.Module, where: str):
+    "Refuse a projection that is not a plain `nn.Linear`: the laid-out copy of its weight would drop what it adds."
+    if type(p) is not torch.nn.Linear:
+        raise NotImplementedError(f"The fast drafting step reads plain nn.Linear weights, but this drafter {where} has "
+                                  f"a projection of type {type(p).__name__}: merge it into nn.Linear first "
+                                  "(PEFT: merge_and_unload()).")
+
 def layer_weights(layer: DFlashDecoderLayer) -> LayerWeights:
-    "`layer`'s weights laid out for `LayerWeights.step`."
+    "`layer`'s weights laid out for `LayerWeights.step` (with its convs', for DFlash 2)."
     a, m = layer.self_attn, layer.mlp
-    for p in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj):
-        if type(p) is not torch.nn.Linear:
-            raise NotImplementedError(f"The fast drafting step reads plain nn.Linear weights, but this drafter layer has "
-                                      f"a projection of type {type(p).__name__}: merge it into nn.Linear first "
-                                      "(PEFT: merge_and_unload()).")
+    for p in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj): _plain(p, "layer")
     stack = lambda *ws: _in_out(torch.cat([w.weight for w in ws]))
     qk_norm = torch.cat([a.q_norm.weight.expand(a.nh, -1), a.k_norm.weight.expand(a.nkv, -1)])
     return LayerWeights(layer.input_layernorm.weight, stack(a.q_proj, a.k_proj, a.v_proj), qk_norm,
                         _in_out(a.o_proj.weight), layer.post_attention_layernorm.weight,
-                        stack(m.gate_proj, m.up_proj), _in_out(m.down_proj.weight), a.q_norm.eps, a.nh, a.nkv, a.hd)
+                        stack(m.gate_proj, m.up_proj), _in_out(m.down_proj.weight), a.q_norm.eps, a.nh, a.nkv, a.hd,
+                        conv_weights(layer.attention_conv), conv_weights(layer.mlp_conv))
+
+# %% ../nbs/01a_drafting.ipynb #c2d1a002
+@dataclass
+class ConvWeights:
+    "A DFlash 2 `DynamicConv` as `LayerWeights.step` uses it: kernel projection [in, out], base kernel, row shifts."
+    projection: torch.Tensor    # [H, 2 * taps * groups]: δ of both sides, side-major, then tap, then group
+    base: torch.Tensor          # [2, taps, groups, group_size]: each side's base kernel, channels in their groups
+    shifts: list                # per tap t >= 1, [B, B]: ones at (i, i - t); `shift @ y` moves `y` t rows down
+    taps: int
+
+def conv_weights(conv: DynamicConv | None) -> ConvWeights | None:
+    "`conv`'s weights laid out for `LayerWeights.step` (None for a DFlash layer, which has no conv)."
+    if conv is None: return None
+    _plain(conv.kernel_projection, "conv")
+    w, B = conv.kernel_projection.weight, conv.block_size
+    shifts = [torch.diag(torch.ones(B - t, dtype=w.dtype, device=w.device), -t) for t in range(1, conv.taps)]
+    return ConvWeights(_in_out(w), conv.base_kernel.unflatten(-1, (-1, conv.group_size)), shifts, conv.taps)
+
+# %% ../nbs/01a_drafting.ipynb #c2d1a003
+@patch
+def conv(self: ConvWeights, y: torch.Tensor, ks) -> torch.Tensor:
+    "One block's rows `y` [B, H] convolved with one side's kernels `ks`, [B, H] per tap: Σ_t ks[t][i] · y[i - t]."
+    out = ks[0] * y
+    for k, shift in zip(ks[1:], self.shifts): out = torch.addcmul(out, k, shift @ y)
+    return out
+
+@patch
+def prepare(self: ConvWeights, a: torch.Tensor) -> tuple:
+    "(the input side's conv of one block's normed rows `a` [B, H], the output side's kernels for `finish`)."
+    B, T = a.shape[0], self.taps
+    ks = (self.base + (a @ self.projection).view(B, 2, T, -1, 1)).view(B, 2 * T, -1).unbind(1)
+    return self.conv(a, ks[:T]), ks[T:]
+
+@patch
+def finish(self: ConvWeights, y: torch.Tensor, ks) -> torch.Tensor:
+    "The output side's conv of the sublayer's output `y` [B, H], with the kernels `prepare` made."
+    return self.conv(y, ks)
+
+def _prepare(conv: ConvWeights | None, a: torch.Tensor) -> tuple: return (a, None) if conv is None else conv.prepare(a)
+def _finish(conv: ConvWeights | None, y: torch.Tensor, ks) -> torch.Tensor:
+    return y if conv is None else conv.finish(y, ks)
+
+# %% ../nbs/01a_drafting.ipynb #c2d1a007
+@dataclass
+class SelectorWeights:
+    "DFlash 2's candidate selector as `RoundDrafter.step` walks it, and how the head's logits become unary scores."
+    projection: torch.Tensor    # [H, rank] hidden_projection, [in, out]
+    predecessor: torch.Tensor   # [V, rank] the codebooks, as they are
+    successor: torch.Tensor     # [V, rank]
+    top_k: int
+    multiplier: float           # the config's output_multiplier and final_logit_softcapping
+    softcap: float | None
+
+def selector_weights(drafter: DFlashDraftModel) -> SelectorWeights | None:
+    "`drafter`'s selector laid out for `SelectorWeights.scores` (None: no selector, drafts are the head's argmax)."
+    s, c = drafter.candidate_selector, drafter.config
+    if s is None: return None
+    _plain(s.hidden_projection, "selector")
+    return SelectorWeights(_in_out(s.hidden_projection.weight), s.predecessor_codebook, s.successor_codebook,
+                           c.selector_top_k, c.output_multiplier, c.final_logit_softcapping)
+
+# %% ../nbs/01a_drafting.ipynb #c2d1a008
+@patch
+def scores(self: SelectorWeights, logits: torch.Tensor, h: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
+    "The walk's scores [S, V] (-inf off each slot's top-K) at head `logits` [S, V] (overwritten) and states `h` [S, H]."
+    if self.multiplier == 1 and not self.softcap and logits.dtype == torch.float32:      # `unary_scores`, one call less
+        unary, cand = logits.topk(self.top_k, -1)
+    else: cand, unary = unary_scores(logits, self.top_k, self.multiplier, self.softcap)        # [S, K]
+    before = F.pad(cand[:-1], (0, 0, 1, 0), value=int(anchor))                                 # [S, K] predecessors
+    succ = F.embedding(cand, self.successor) * (h @ self.projection)[:, None]                 # [S, K, rank]
+    pred = F.embedding(before, self.predecessor)
+    if pred.dtype == unary.dtype: table = torch.baddbmm(unary[:, None], pred, succ.mT)       # [S, K before, K]
+    else: table = unary[:, None] + (pred @ succ.mT).float()
+    best, at, j = table.argmax(-1).tolist(), [], 0
+    for s, row in enumerate(best):
+        at.append(s * len(row) + j)
+        j = row[j]
+    walked = table.flatten(0, 1).index_select(0, torch.tensor(at, device=table.device))      # [S, K]
+    return logits.float().fill_(-torch.inf).scatter_(1, cand, walked)
 
 # %% ../nbs/01a_drafting.ipynb #881a23e5
 def _stamp(params) -> tuple:
@@ -74,6 +160,7 @@ class DraftWeights:
     lm_head: torch.Tensor       # [H, V] the target's lm_head
     sources: tuple              # the drafter's parameters
     stamp: tuple                # their `_stamp` then
+    selector: SelectorWeights | None = None   # DFlash 2's selector, if the drafter has one
     def unchanged(self) -> bool: return _stamp(self.sources) == self.stamp
 
 class RoundDrafter:
@@ -82,12 +169,12 @@ class RoundDrafter:
 
     def weights(self) -> DraftWeights:
         "The drafter's `DraftWeights`: kept, made again once its parameters are other tensors, moved or written."
-        params, got = tuple(self.drafter.parameters()), self._weights
+        params, got, d = tuple(self.drafter.parameters()), self._weights, self.drafter
         if got is None or tuple(map(id, got.sources)) != tuple(map(id, params)) or not got.unchanged():
-            self.drafter.check_target()
+            d.check_target()
             with torch.no_grad():
-                got = DraftWeights([layer_weights(l) for l in self.drafter.layers],
-                                   _in_out(self.drafter.lm_head.weight), params, _stamp(params))
+                got = DraftWeights([layer_weights(l) for l in d.layers], _in_out(d.lm_head.weight), params,
+                                   _stamp(params), selector_weights(d))
             self._weights = got
         return got
 
@@ -99,7 +186,7 @@ class DraftBuffers:
     v: list
     cos: torch.Tensor       # [capacity, head_dim] `rope_cos_sin` of every position
     sin: torch.Tensor
-    masks: torch.Tensor     # [1, B-1, H] the block's MASK embeddings
+    masks: torch.Tensor     # [B-1, H] the block's MASK embeddings (scaled as `embed_blocks` scales them)
     drafter: DFlashDraftModel
     weights: DraftWeights   # the drafter's, when the buffers were made
     filled: int = 0
@@ -129,12 +216,12 @@ def buffers(self: RoundDrafter, context: ContextCache, need: int) -> DraftBuffer
     cos, sin = (t.to(k0.dtype) for t in rope_cos_sin(torch.arange(n, device=k0.device), *d.rope(k0.device)))
     masks = d.embed_blocks(torch.zeros(1, dtype=torch.long, device=d.embed_tokens.weight.device))
     return DraftBuffers([_grown(k, n) for k, _ in context.kv], [_grown(v, n) for _, v in context.kv],
-                        cos, sin, masks[:, 1:].to(k0.device), d, weights, context.length)
+                        cos, sin, masks[0, 1:].to(k0.device), d, weights, context.length)
 
 # %% ../nbs/01a_drafting.ipynb #67327cd1
 @dataclass
 class BlockRows:
-    "The rows one drafter step adds at positions `start`..: the new context [1, t, H], then the block; their RoPE."
+    "The rows one drafter step adds at positions `start`..: the new context [t, H], then the block; their RoPE."
     new_h: torch.Tensor     # the pending taps, fused
     start: int
     cos: torch.Tensor       # [t + B, 1, head_dim] `rope_cos_sin` rows of positions start..start+t+B-1
@@ -143,48 +230,56 @@ class BlockRows:
 # %% ../nbs/01a_drafting.ipynb #115c08dd
 @patch
 def step(self: LayerWeights, x: torch.Tensor, rows: BlockRows, kv: tuple, attend):
-    "The layer on block `x` [1, B, H]; writes the K/V of `rows` into its buffers `kv` = (K, V)."
-    (k, v), B, nqk = kv, x.shape[1], self.heads + self.kv_heads
-    hs = torch.cat([rows.new_h, rms_norm(x, self.input_norm, self.eps)], 1)[0]   # [T, H]: new context rows, block rows
+    "The layer on block `x` [B, H] (DFlash 2: inside its convs); writes the K/V of `rows` into its buffers `kv` = (K, V)."
+    (k, v), B, nqk = kv, x.shape[0], self.heads + self.kv_heads
+    a, ka = _prepare(self.attention_conv, rms_norm(x, self.input_norm, self.eps))
+    hs = torch.cat([rows.new_h, a])                                              # [T, H]: new context rows, block rows
     end = rows.start + hs.shape[0]
     qkv = (hs @ self.qkv).view(hs.shape[0], -1, self.head_dim)                  # [T, heads + 2 kv_heads, head_dim]
     qk = apply_rope(rms_norm(qkv[:, :nqk], self.qk_norm, self.eps), rows.cos, rows.sin)
     k[0, :, rows.start:end] = qk[:, self.heads:].transpose(0, 1)
     v[0, :, rows.start:end] = qkv[:, nqk:].transpose(0, 1)
     o = attend(qk[-B:, :self.heads].transpose(0, 1)[None], k[:, :, :end], v[:, :, :end])   # the block's queries only
-    x = x + o.transpose(1, 2).reshape(B, -1) @ self.o
-    gate, up = (rms_norm(x, self.post_norm, self.eps) @ self.gate_up).chunk(2, -1)
-    return x + (F.silu(gate) * up) @ self.down
+    x = x + _finish(self.attention_conv, o.transpose(1, 2).reshape(B, -1) @ self.o, ka)
+    m, km = _prepare(self.mlp_conv, rms_norm(x, self.post_norm, self.eps))
+    gate, up = (m @ self.gate_up).chunk(2, -1)
+    return x + _finish(self.mlp_conv, (F.silu(gate) * up) @ self.down, km)
 
 # %% ../nbs/01a_drafting.ipynb #588c6609
 @patch
 def states(self: RoundDrafter, anchor: torch.Tensor, context: ContextCache, taps: torch.Tensor):
     "Append fc taps [1, t, n_fc*H] to `context`; the block's final states [1, B-1, H] at `anchor` [1], and the context."
-    with torch.inference_mode():                   # the reference forward: what DFlash 2's selector and trees read
+    with torch.inference_mode():                   # the reference forward, which `step`'s tests compare with
         cache = self.drafter.extend_context(taps, context)
         return self.drafter.draft_hidden(anchor, cache)[:, 1:], cache
 
-@patch(nm="step")
-def _round_step(self: RoundDrafter, anchor: torch.Tensor, context: ContextCache, taps: torch.Tensor):
-    "Append fc taps [1, t, n_fc*H] to `context`, draft the block at token `anchor` [1]: (scores [B-1, V], context)."
+@patch
+def hidden(self: RoundDrafter, anchor: torch.Tensor, context: ContextCache, taps: torch.Tensor):
+    "`states` laid out: the block's final states [B-1, H] at `anchor` [1] after `context` + taps, and a `DraftContext`."
     d = self.drafter
     c, start, p = d.config, context.length, context.length + taps.shape[1]
-    if c.kind != "dflash":       # DFlash 2: the reference forward (its convs have no laid-out path), the walk's scores
-        with torch.inference_mode():
-            h, cache = self.states(anchor, context, taps)
-            return d.draft_scores(h, anchor)[0], cache
     end = p + c.block_size
     d.check_positions(end - 1)
     with torch.inference_mode():                   # less per-op bookkeeping than no_grad
         buf = self.buffers(context, end)
-        w = buf.weights
-        rows = BlockRows(d.fuse_context(taps), start, buf.cos[start:end, None], buf.sin[start:end, None])
-        x = torch.cat([d.embed_tokens(anchor)[None].to(buf.masks.dtype), buf.masks], 1)
-        for lw, k, v, a in zip(w.layers, buf.k, buf.v, c.layer_attention):
+        rows = BlockRows(d.fuse_context(taps)[0], start, buf.cos[start:end, None], buf.sin[start:end, None])
+        first = d.embed_tokens(anchor).to(buf.masks.dtype)
+        if c.input_embedding_scale != 1: first = first * c.input_embedding_scale
+        x = torch.cat([first, buf.masks])
+        for lw, k, v, a in zip(buf.weights.layers, buf.k, buf.v, c.layer_attention):
             x = lw.step(x, rows, (k, v), block_attend(a, p, c.block_size, x.device))
         buf.filled = p
         kv = [(k[:, :, :p], v[:, :, :p]) for k, v in zip(buf.k, buf.v)]
-        return d.norm(x[0, 1:]).to(w.lm_head.dtype) @ w.lm_head, DraftContext(kv, p, buf)
+        return d.norm(x[1:]), DraftContext(kv, p, buf)
+
+@patch(nm="step")
+def _round_step(self: RoundDrafter, anchor: torch.Tensor, context: ContextCache, taps: torch.Tensor):
+    "Append fc taps [1, t, n_fc*H] to `context`, draft the block at token `anchor` [1]: (scores [B-1, V], context)."
+    with torch.inference_mode():
+        h, ctx = self.hidden(anchor, context, taps)
+        w = ctx.buffers.weights
+        logits = h.to(w.lm_head.dtype) @ w.lm_head
+        return (logits if w.selector is None else w.selector.scores(logits, h, anchor)), ctx
 
 # %% ../nbs/01a_drafting.ipynb #773bbf23
 class BlockDrafts:

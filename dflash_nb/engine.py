@@ -6,7 +6,7 @@ Docs: https://dflash-nb.github.io/dflash_nb/engine.html.md"""
 
 # %% ../nbs/14a_engine.ipynb #0b0a87b7
 from __future__ import annotations
-import argparse, json
+import argparse
 from dataclasses import dataclass, field
 import torch
 from .cache import HiddenStateCache, check_compatible
@@ -18,7 +18,7 @@ from .stats import mean_ci, wilson_interval
 from .tables import markdown_table
 from .target import Target, load_target
 from .train import read_metrics
-from .storage import atomic_write, check_output_dir
+from .storage import atomic_write, check_output_dir, check_outputs_apart, json_text
 from .cli import refusals
 from .vllm_worker import ENGINE_PYTHON, engine_python, run_worker
 
@@ -120,7 +120,7 @@ def serve_comparison(target: Target, target_dir, drafter, cache: HiddenStateCach
     run_dir = run_dir or run
     model = DFlashDraftModel.from_pretrained(ck, target_model=target.model).eval()
     check_compatible(cache, target_hash=target.config_hash, tap_ids=model.config.fc_layer_ids,
-                     convention=model.config.tap_convention)
+                     convention=model.config.tap_convention, target_weights=target.weights)
     slots, (idx, prompts, budgets) = model.config.block_size - 1, _prompts(cache, n)
     served = vllm_serve(target_dir, ck, prompts, budgets, python=python, dtype=dtype, sampling=sampling)
     online = [speculative_generate(target, model, p, b, eos_token_id=[], sampling=sampling)
@@ -180,12 +180,13 @@ def serve_main(argv=None) -> None:
     with refusals("dflash-serve", RuntimeError):         # RuntimeError: the engine failed; its own error is the line
         if a.limit < 1: raise ValueError(f"--limit {a.limit}: serve at least 1 prompt.")
         sampling, out = eval_sampling(a), check_output_dir(a.out)
+        check_outputs_apart({"--out": out}, {"--drafter": a.drafter, "--target": a.target, "--cache": a.cache})
         engine_python(a.engine_python)
         cache, target = HiddenStateCache(a.cache), load_target(a.target)
         c = serve_comparison(target, a.target, a.drafter, cache, a.limit, python=a.engine_python, dtype=a.dtype,
                              sampling=sampling)
     out.mkdir(parents=True, exist_ok=True)
     text = f"{comparison_line(c)}\n\n{markdown_table(c.rows)}\n"
-    atomic_write(out / "serve.json", lambda p: p.write_text(json.dumps(c.__dict__, indent=1)))
+    atomic_write(out / "serve.json", lambda p: p.write_text(json_text(c.__dict__, p, indent=1)))
     atomic_write(out / "serve.md", lambda p: p.write_text(text))
     print(text)

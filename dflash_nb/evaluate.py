@@ -8,7 +8,7 @@ Docs: https://dflash-nb.github.io/dflash_nb/evaluate.html.md"""
 
 # %% ../nbs/06_evaluate.ipynb #0fe5c645
 from __future__ import annotations
-import argparse, json
+import argparse
 from dataclasses import dataclass, field, asdict
 from itertools import islice
 from pathlib import Path
@@ -27,9 +27,9 @@ from .target import config_hash, load_target_heads
 from .decode import Sampling
 from .stats import SMALL_N, acceptance_band
 from .tables import markdown_tables
-from .storage import atomic_write, check_output_dir
+from .storage import atomic_write, check_output_dir, check_outputs_apart, json_text
 from .cache import HiddenStateCache, check_compatible
-from .cli import refusals
+from .cli import label, refusals
 
 # %% auto #0
 __all__ = ['SPANS', 'ROW_BYTES', 'BLOCKS_PER_CALL', 'HEAD_CALL_ROWS', 'FIRST_SLOTS', 'REPLAY_ROWS', 'SHOW', 'accept_chain',
@@ -513,7 +513,7 @@ def eval_parser() -> argparse.ArgumentParser:
                                  "acceptance and τ histograms of DFlash drafters over a hidden-state cache, as JSON.")
     ap.add_argument("--checkpoint", action="append", required=True,
                     help="drafter checkpoint directory (hub layout); repeat to compare")
-    ap.add_argument("--names", nargs="*", help="a label per checkpoint, in order (default: directory names)")
+    ap.add_argument("--names", nargs="*", type=label, help="a label per checkpoint, in order (default: directory names)")
     ap.add_argument("--cache", required=True, help="hidden-state cache directory holding every tap the drafters read")
     ap.add_argument("--target", required=True, help="target model directory: only its embeddings, final norm and "
                     "lm_head are read (the drafters borrow them)")
@@ -554,14 +554,17 @@ def _evaluate(a: argparse.Namespace) -> list:
         raise ValueError(f"--out {out}: {'is a directory' if out.is_dir() else f'{out.parent} does not exist'}; "
                          "give a file path in an existing directory.")
     check_output_dir(out.parent)
+    check_outputs_apart({"--out": out}, {"--cache": a.cache, "--target": a.target} |
+                        {f"--checkpoint {c}": c for c in a.checkpoint})
     sampling = eval_sampling(a)
     cache = HiddenStateCache(a.cache, verify=False if a.no_verify else None)   # None: verified unless the env says no
     target = load_target_heads(a.target, dtype=a.target_dtype)
+    check_compatible(cache, target_hash=target.config_hash, target_weights=target.weights)
     if target.model.compute: print(f"dflash-eval: {target.model.compute}", flush=True)
     idx = range(min(a.limit, len(cache))) if a.limit else None
     models = load_drafters(dict(zip(a.names, a.checkpoint)) if a.names else a.checkpoint, target.model, a.attention)
     rows, results, _ = compare(models, cache, target.model, tuple(a.budgets), idx, ("describe", "progress"), sampling)
-    atomic_write(a.out, lambda p: p.write_text(json.dumps([asdict(r) for r in results], indent=1)))
+    atomic_write(a.out, lambda p: p.write_text(json_text([asdict(r) for r in results], p, indent=1)))
     print(eval_tables(rows, len(results[0].acc_cum) + 1))
     return results
 

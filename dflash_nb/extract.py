@@ -10,26 +10,31 @@ from __future__ import annotations
 import argparse, dataclasses, hashlib, json, os, queue, threading, urllib.error, urllib.request, warnings
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 import torch
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
+from fastcore.basics import patch
 from transformers import GenerationConfig
 from .config import TAP_CONVENTION, TEMPERATURE, hidden_state_index, default_target_layer_ids
-from .target import checkpoint_dtype, load_target, load_target_heads
+from .target import (_model_dir, checkpoint_dtype, load_target, load_target_heads, load_tokenizer,
+                              target_depth)
+from .conversations import (FORMATS, OVERFLOW, TRAIN_TURNS, Conversation, ConversationFile, RowError,
+                                     TemplateSpec, Templater)
 from .vllm_worker import engine_python, run_worker
-from .storage import atomic_write, drop_torn_tail, read_json_lines
+from .storage import atomic_write, check_outputs_apart, drop_torn_tail, read_json_lines, writer_lock
 from .cli import refusals
 from .cache import (CACHE_DTYPES, CacheLayout, HiddenStateCache, as_sample, cache_header, check_tap_ids,
                              iter_chunks, release_freed_memory, select_taps, write_cache)
 
 # %% auto #0
-__all__ = ['GREEDY', 'ENGINE_DTYPES', 'VLLM_MIN_TEMPERATURE', 'prompt_token_ids', 'eos_token_ids', 'generate_responses',
-           'tap_sites', 'capture_layers', 'extract_taps', 'extract_samples', 'extract_to_cache', 'OnlineHiddenStates',
-           'tap_parity', 'compare_extractions', 'read_prompt_file', 'responses_key', 'read_responses', 'VllmEngine',
-           'engine_request', 'engine_responses', 'served_model', 'server_responses', 'cached_responses',
-           'states_request', 'extract_to_cache_vllm', 'extract_parser', 'extract_main']
+__all__ = ['GREEDY', 'ENGINE_DTYPES', 'VLLM_MIN_TEMPERATURE', 'RESPONSES', 'prompt_token_ids', 'eos_token_ids',
+           'generate_responses', 'tap_sites', 'capture_layers', 'extract_taps', 'extract_samples', 'extract_to_cache',
+           'OnlineHiddenStates', 'tap_parity', 'compare_extractions', 'read_prompt_file', 'responses_key',
+           'read_responses', 'VllmEngine', 'engine_request', 'engine_responses', 'served_model', 'server_responses',
+           'cached_responses', 'states_request', 'extract_to_cache_vllm', 'DataSpec', 'data_digest', 'turn_end_ids',
+           'ConversationData', 'extract_parser', 'extract_main']
 
 # %% ../nbs/03a_extract.ipynb #52e32ffb
 def prompt_token_ids(target, prompt, chat: bool = True) -> list[int]:
@@ -155,12 +160,18 @@ def _ids_identity(chunk: list[dict]) -> list[bytes]:
     return [s["input_ids"].to(torch.int32).numpy().tobytes() for s in chunk]
 
 # %% ../nbs/03a_extract.ipynb #42d97cbc
-def extract_to_cache(target, samples, out_dir, layout, batch_size: int = 8, progress: bool = False) -> Path:
-    "Extract the taps (and `final`) of `samples` (records: input_ids, loss_mask) into a resumable cache at `out_dir`."
+def _weights_record(target) -> dict:
+    "What a manifest records of `target`'s weights: their fingerprint, when it was loaded from a directory."
+    return {"target_weights": target.weights} if getattr(target, "weights", None) else {}
+
+def extract_to_cache(target, samples, out_dir, layout, batch_size: int = 8, progress: bool = False,
+                     made_from: dict | None = None) -> Path:
+    "Extract the taps (and `final`) of `samples` into a resumable cache at `out_dir`; `made_from` joins its manifest."
     if batch_size < 1: raise ValueError(f"batch_size={batch_size}: give 1 or more sequences per forward.")
     lay = CacheLayout.of(layout)
     lay = dataclasses.replace(lay, tap_ids=check_tap_ids(lay.tap_ids, target.num_layers))
     header = cache_header(target.name, target.config_hash, target.num_layers, target.hidden_size, lay)
+    header |= _weights_record(target) | (made_from or {})
     def records(b): return extract_samples(target, b, lay.tap_ids, lay.convention, lay.store_final, lay.dtype)
     def make(chunk): return _batched_by_length(chunk, batch_size, lambda s: len(s["input_ids"]), records)
     return write_cache(out_dir, header, map(as_sample, samples), make, _ids_identity, progress)
@@ -240,7 +251,7 @@ def read_prompt_file(path) -> list[dict]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"No prompt file at {path}: give a JSON-lines file of {{\"id\", \"prompt\"}} rows.")
-    rows = []
+    rows, seen = [], {}
     for n, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip(): continue
         try: r = json.loads(line)
@@ -248,6 +259,18 @@ def read_prompt_file(path) -> list[dict]:
             raise ValueError(f"{path}:{n} is not JSON ({e.msg}); each line must be one {{\"id\", \"prompt\"}} "
                              "object.") from None
         if not isinstance(r, dict) or "prompt" not in r: raise ValueError(f"{path}:{n} has no \"prompt\" field.")
+        p = r["prompt"]
+        ids = isinstance(p, list) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in p)
+        if not (isinstance(p, str) and p.strip() or ids and p):
+            raise ValueError(f"{path}:{n}: \"prompt\" is {p!r}; give the prompt's text (a non-empty string) or its "
+                             "token ids (a non-empty list of integers >= 0).")
+        if "id" in r:
+            if not isinstance(r["id"], (str, int)) or isinstance(r["id"], bool):
+                raise ValueError(f"{path}:{n}: \"id\" is {r['id']!r}; give a string (or an integer).")
+            if r["id"] in seen:
+                raise ValueError(f"{path}:{n}: id {r['id']!r} is also the id of line {seen[r['id']]}; give each prompt "
+                                 "its own id.")
+            seen[r["id"]] = n
         rows.append(r)
     if not rows:
         raise ValueError(f"{path} holds no prompts: add one JSON object per line, e.g. "
@@ -264,12 +287,13 @@ def _jsonable(x):
 # %% ../nbs/03a_extract.ipynb #eee4681d
 GREEDY = "transformers, greedy"       # how responses were made before the key said so, and by default
 
-def responses_key(target, prompts: list, max_new_tokens: int, chat: bool = True, engine=None) -> dict:
-    "What a responses file depends on: prompts (hash, count), max_new_tokens, target, dtype, chat, how they were made."
+def responses_key(target, prompts: list, max_new_tokens: int, chat: bool = True, engine=None,
+                  source: dict | None = None) -> dict:
+    "What a responses file depends on: prompts (hash, count), max_new_tokens, target, dtype, chat, how made, `source`."
     digest = hashlib.sha256(json.dumps(_jsonable(list(prompts)), sort_keys=True).encode()).hexdigest()[:16]
     dtype = "as served" if engine and engine.url else engine.dtype if engine else str(target.model.dtype).removeprefix("torch.")
     return dict(prompts=digest, n_prompts=len(prompts), max_new_tokens=max_new_tokens, target=target.config_hash,
-                dtype=dtype, chat=chat, generated_by=engine.generated_by if engine else GREEDY)
+                dtype=dtype, chat=chat, generated_by=engine.generated_by if engine else GREEDY) | (source or {})
 
 def _key_path(path: Path) -> Path: return path.with_name(path.stem + ".key.json")
 
@@ -431,11 +455,12 @@ def server_responses(engine: VllmEngine, prompts: list[list[int]], max_new_token
 
 # %% ../nbs/03a_extract.ipynb #78b1e5b7
 def cached_responses(target, prompts: list, path, max_new_tokens: int, batch_size: int, chat: bool = True,
-                     engine: VllmEngine | None = None) -> list[dict]:
+                     engine: VllmEngine | None = None, source: dict | None = None) -> list[dict]:
     "Responses to `prompts` (`target`'s greedy, or `engine`'s), appended to `path` as they finish; reruns resume."
     path = Path(path)
     if target is None: return read_responses(path)
-    done = _resume_responses(path, responses_key(target, prompts, max_new_tokens, chat, engine), target, prompts, chat)
+    key = responses_key(target, prompts, max_new_tokens, chat, engine, source)
+    done = _resume_responses(path, key, target, prompts, chat)
     todo = list(prompts)[len(done):]
     bar = tqdm(total=len(prompts), initial=len(done), desc="responses", unit="prompt", disable=not todo)
     with bar, open(path, "a") as f:
@@ -518,24 +543,189 @@ class _EngineFeed:
         if self.thread is not None: self.thread.join()
 
 # %% ../nbs/03a_extract.ipynb #bb135ba4
-def extract_to_cache_vllm(target, engine: VllmEngine, samples, out_dir, layout, progress: bool = False) -> Path:
+def extract_to_cache_vllm(target, engine: VllmEngine, samples, out_dir, layout, progress: bool = False,
+                          made_from: dict | None = None) -> Path:
     "`extract_to_cache` with the states computed by vLLM (`engine`); `target` may be heads-only (`load_target_heads`)."
     lay = CacheLayout.of(layout)
     lay = dataclasses.replace(lay, tap_ids=check_tap_ids(lay.tap_ids, target.num_layers))
     header = cache_header(target.name, target.config_hash, target.num_layers, target.hidden_size, lay)
+    header |= _weights_record(target) | {"states_from": f"vllm {engine.dtype}"} | (made_from or {})
     ss = [as_sample(s) for s in samples]
     where = {id(s): i for i, s in enumerate(ss)}
     feed = _EngineFeed(engine, ss, lay, target.num_layers, ahead=2 * header["samples_per_shard"])
     try: return write_cache(out_dir, header, ss, lambda c: feed.take(where[id(c[0])], len(c)), _ids_identity, progress)
     finally: feed.close()
 
+# %% ../nbs/03a_extract.ipynb #37c4d0f1
+RESPONSES = ("dataset", "regenerate")
+
+@dataclass
+class DataSpec:
+    "How `dflash-extract --data` reads a conversation dataset: format, whose answers train, the template, bad rows."
+    path: Path
+    fmt: str | None = None                                 # None: detected from the first row's fields
+    responses: str = "regenerate"                          # "regenerate": the target's answers; "dataset": its own
+    template: TemplateSpec = field(default_factory=TemplateSpec)
+    skip_bad: bool = False                                 # bad rows skipped and counted, not refused
+    raw: bool = False                                      # regenerate: rows of one user turn as text, no chat template
+
+    def __post_init__(self):
+        self.path = Path(self.path)
+        if self.responses not in RESPONSES: raise ValueError(f"responses={self.responses!r}: use one of {RESPONSES}.")
+        if self.fmt not in (None, *FORMATS): raise ValueError(f"fmt={self.fmt!r}: use one of {FORMATS}, or None.")
+        if self.responses == "regenerate" and self.template.train != "all":
+            raise ValueError(f"train={self.template.train!r} applies to responses='dataset': a regenerated sample "
+                             "trains on the target's one answer.")
+        if self.raw and (self.responses == "dataset" or self.template.chat_template_kwargs):
+            raise ValueError("raw=True (prompts as text, no chat template) applies to regenerated responses, without "
+                             "chat_template_kwargs.")
+
+# %% ../nbs/03a_extract.ipynb #aefe580d
+def data_digest(path) -> str:
+    "sha256 of a dataset: a file's bytes (as `sha256sum` prints it), or a folder's files' names, sizes and bytes."
+    path, h = Path(path), hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for f in files:
+        if f != path: h.update(f"{f.relative_to(path).as_posix()}\0{f.stat().st_size}\0".encode())
+        with open(f, "rb") as r:
+            while b := r.read(1 << 20): h.update(b)
+    return h.hexdigest()
+
+# %% ../nbs/03a_extract.ipynb #bbe98736
+def turn_end_ids(target_dir, tokenizer) -> list[int]:
+    "`eos_token_ids` of the target in `target_dir` before it is loaded: its tokenizer's and its generation config's."
+    d = Path(target_dir)
+    f = d / "generation_config.json" if (d / "generation_config.json").exists() else d / "config.json"
+    gen = json.loads(f.read_text()).get("eos_token_id") if f.exists() else None
+    return sorted(set(_as_ids(getattr(tokenizer, "eos_token_id", None)) + _as_ids(gen)))
+
+# %% ../nbs/03a_extract.ipynb #dbe52b3e
+class ConversationData:
+    "A `--data` dataset made ready for extraction, every row checked first: samples (dataset) or prompts (regenerate)."
+    def __init__(self, spec: DataSpec, tokenizer):
+        self.spec, self.tok, self.digest = spec, tokenizer, None
+        if tokenizer is None:
+            raise ValueError(f"{spec.path}: the target has no tokenizer to template conversations with; save its "
+                             "tokenizer beside it.")
+        if not spec.raw and not getattr(tokenizer, "chat_template", None):
+            also = "" if spec.responses == "dataset" else ", or (a base model) --raw-prompts for rows of one user turn"
+            raise ValueError(f"The target's tokenizer has no chat template, so {spec.path}'s conversations cannot be "
+                             f"rendered as the target sees them: save its chat template beside it{also}.")
+        self.file = ConversationFile(spec.path, spec.fmt, spec.skip_bad)
+        self.templater = None if spec.raw else Templater(tokenizer, spec.template)
+        self.counts = {"samples": 0, "truncated": 0, "dropped": 0}
+
+# %% ../nbs/03a_extract.ipynb #62690416
+@patch
+def prompt(self: ConversationData, conv: Conversation) -> dict | None:
+    "The prompt row of `conv` (regenerate): its turns before the final assistant turns, with the generation prompt."
+    p = conv.prompt()
+    ids = self._raw_ids(p) if self.spec.raw else self.templater.encode(self.templater._rendered(p))
+    if (n := self.spec.template.max_len) is not None and len(ids) >= n:
+        self.counts["dropped"] += 1                     # no room left for an answer: not worth generating
+        return None
+    return ({} if conv.id is None else {"id": conv.id}) | {"prompt": ids}
+
+@patch
+def _raw_ids(self: ConversationData, p: Conversation) -> list[int]:
+    if [r for r, _ in p.turns] != ["user"]:
+        raise RowError(f"{p.source}: --raw-prompts takes rows of one user turn (text without a chat template); this "
+                       f"one asks with {len(p.turns)} turns: give the target a chat template instead.")
+    return self.tok(p.turns[0][1])["input_ids"]        # as prompt_token_ids(target, text, chat=False)
+
+# %% ../nbs/03a_extract.ipynb #f4237ffb
+@patch
+def fit(self: ConversationData, s: dict) -> dict | None:
+    "Sample `s` within `max_len`: cut (overflow 'truncate'), or dropped ('drop', or no trained token left), counted."
+    n = self.spec.template.max_len
+    if n is None or len(s["input_ids"]) <= n: return s
+    if self.spec.template.overflow == "drop" or not s["loss_mask"][:n].any():
+        self.counts["dropped"] += 1
+        return None
+    self.counts["truncated"] += 1
+    return s | {"input_ids": s["input_ids"][:n], "loss_mask": s["loss_mask"][:n]}
+
+@patch
+def sample(self: ConversationData, conv: Conversation) -> dict | None:
+    "The sample of `conv` (dataset): its own assistant turns masked by the `Templater`, within `max_len`."
+    if not conv.answered:
+        raise RowError(f"{conv.source}: ends with a {conv.turns[-1][0]} turn; responses 'dataset' trains on the "
+                       "dataset's own answers, so each conversation must end with an assistant turn (or let the "
+                       "target answer: --responses regenerate).")
+    return self.fit(self.templater.template(conv))
+
+# %% ../nbs/03a_extract.ipynb #82719427
+@patch
+def rows(self: ConversationData) -> list[dict]:
+    "Every row read and templated before any work (a bad one refused, or with `skip_bad` counted); the digest taken."
+    make, out = self.sample if self.spec.responses == "dataset" else self.prompt, []
+    self.counts = dict.fromkeys(self.counts, 0)
+    for conv in self.file:
+        try: r = make(conv)
+        except RowError as e: self.file.refuse(e); continue
+        if r is not None: out.append(r)
+    self.counts["samples"] = len(out)
+    if not out: raise ValueError(f"{self.report()}: no row is left to extract.")
+    self.digest = data_digest(self.spec.path)
+    return out
+
+@patch
+def fitted(self: ConversationData, samples: list[dict]) -> list[dict]:
+    "Regenerated `samples` (prompt and answer) within `max_len`, counted."
+    out = [s for s in map(self.fit, samples) if s is not None]
+    self.counts["samples"] = len(out)
+    return out
+
+# %% ../nbs/03a_extract.ipynb #6a805243
+@patch
+def record(self: ConversationData) -> dict:
+    "What the cache's manifest records of the data: the mode, the dataset's sha256 and format, the template settings."
+    t, dataset = self.spec.template, self.spec.responses == "dataset"
+    data = dict(sha256=self.digest, format=self.file.fmt, chat_template_kwargs=t.chat_template_kwargs)
+    data |= dict(train_turns=t.train) if dataset else dict(raw_prompts=self.spec.raw)
+    return {"responses": self.spec.responses, "data": data | dict(max_len=t.max_len, overflow=t.overflow)}
+
+@patch
+def key(self: ConversationData) -> dict:
+    "What the responses key adds in regenerate mode: the dataset's sha256 and the template's kwargs."
+    return dict(data=self.digest, chat_template_kwargs=self.spec.template.chat_template_kwargs)
+
+@patch
+def report(self: ConversationData) -> str:
+    "One line: rows read, samples kept, and the bad rows (the first's reason), truncated and dropped."
+    c, f = self.counts, self.file.counts
+    first = f" (first bad: {self.file.bad_rows[0]})" if self.file.bad_rows else ""
+    return (f"{self.spec.path} ({self.file.fmt}, responses {self.spec.responses}): {f['rows']} rows -> {c['samples']} "
+            f"samples; {f['bad']} bad, {c['truncated']} truncated, {c['dropped']} dropped{first}")
+
 # %% ../nbs/03a_extract.ipynb #79b1f9a3
 def extract_parser() -> argparse.ArgumentParser:
-    what = ("Regenerate a target's responses to a prompt file (greedy in transformers, or through vLLM) and cache its "
-            "tapped hidden states (safetensors shards + manifest). Rerun to resume.")
+    what = ("Cache a target's tapped hidden states (safetensors shards + manifest) for drafter training; rerun to "
+            "resume. --prompts FILE: the target answers each prompt of a JSON-lines file (greedy in transformers, or "
+            "through vLLM or a server). --data PATH --responses regenerate (the default): the target answers each "
+            "conversation of a dataset (messages, ShareGPT, Alpaca or prompt rows) at its last user turn, its final "
+            "assistant turns left out. --data PATH --responses dataset: the dataset's own assistant turns are the "
+            "training text (off-policy, nothing generated).")
     ap = argparse.ArgumentParser(prog="dflash-extract", description=what)
     ap.add_argument("--target", required=True, help="HF causal-LM directory (trust_remote_code is never used)")
-    ap.add_argument("--prompts", required=True, help='JSON-lines file of {"id", "prompt"} rows')
+    ap.add_argument("--prompts", help='JSON-lines file of {"id", "prompt"} rows (this, or --data)')
+    ap.add_argument("--data", help="conversation dataset: a .jsonl, .json or .parquet file, or a save_to_disk folder "
+                    "(this, or --prompts); every row is checked before any work")
+    ap.add_argument("--format", choices=FORMATS, help="with --data: its rows' format (default: detected from the "
+                    "first row's fields)")
+    ap.add_argument("--responses", choices=RESPONSES, help="with --data: regenerate (the default: the target answers "
+                    "each conversation's last user turn) or dataset (its own assistant turns train; each conversation "
+                    "must end with one)")
+    ap.add_argument("--skip-bad", action="store_true", help="with --data: skip bad rows and count them (default: the "
+                    "first is refused, naming file, row and field)")
+    ap.add_argument("--chat-template-kwargs", metavar="JSON", help="with --data: a JSON object the chat template "
+                    "gets, e.g. '{\"enable_thinking\": false}'")
+    ap.add_argument("--train-turns", choices=TRAIN_TURNS, help="with --responses dataset: which assistant turns "
+                    "train (default: all)")
+    ap.add_argument("--max-len", type=int, help="with --data: the longest sample, in tokens (default: none); a "
+                    "prompt this long or longer is dropped before generation")
+    ap.add_argument("--overflow", choices=OVERFLOW, help="with --max-len: a longer sample is cut (truncate, the "
+                    "default) or dropped (drop); one with no trained token left is dropped")
     ap.add_argument("--out", required=True, help="output folder: the cache goes to OUT/cache, the responses to "
                     "OUT/responses.jsonl (+ responses.key.json); HiddenStateCache, dflash-train --cache and "
                     "dflash-eval --cache accept OUT or OUT/cache")
@@ -543,7 +733,7 @@ def extract_parser() -> argparse.ArgumentParser:
                     help="tap ids, ascending (default: 5 evenly spaced, e.g. 1 16 31 46 61 for 64 layers)")
     ap.add_argument("--convention", default=TAP_CONVENTION,
                     help=f"tap id convention (default: {TAP_CONVENTION} = HF hidden_states[k+1])")
-    ap.add_argument("--max-new-tokens", type=int, default=256, help="response length limit (default: 256)")
+    ap.add_argument("--max-new-tokens", type=int, help="response length limit (default: 256)")
     ap.add_argument("--batch-size", type=int, default=8, help="sequences per forward (default: 8)")
     ap.add_argument("--raw-prompts", action="store_true", help="tokenize prompts as they are, without the tokenizer's "
                     "chat template (base models, or prompts already formatted)")
@@ -574,6 +764,57 @@ def extract_parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", default="auto", help="auto (cuda when available), cpu or cuda")
     return ap
 
+# %% ../nbs/03a_extract.ipynb #c61afa3b
+_DATA_FLAGS = ("--format", "--skip-bad", "--responses", "--chat-template-kwargs", "--train-turns", "--max-len",
+               "--overflow")
+
+def _given(a, flag: str) -> bool: return getattr(a, flag[2:].replace("-", "_")) not in (None, False)
+
+def _mode(a) -> str:
+    "What the run reads: 'prompts', or --data in mode 'regenerate' or 'dataset'; flags of another mode refused."
+    if (a.prompts is None) == (a.data is None):
+        raise ValueError('give exactly one of --prompts (JSON lines of {"id", "prompt"}) or --data (a conversation '
+                         'dataset).')
+    if a.prompts is not None:
+        if flag := next((f for f in _DATA_FLAGS if _given(a, f)), None):
+            raise ValueError(f"{flag} applies to --data: --prompts rows are prompts as they are.")
+        return "prompts"
+    mode = a.responses or "regenerate"
+    wrong = [("--train-turns", mode == "regenerate", "--responses dataset: a regenerated sample trains on the "
+              "target's one answer"),
+             ("--max-new-tokens", mode == "dataset", "regenerated responses: --responses dataset generates nothing"),
+             ("--raw-prompts", mode == "dataset", "--responses regenerate: the dataset's conversations are templated "
+              "as the target saw them"),
+             ("--overflow", a.max_len is None, "--max-len"),
+             ("--chat-template-kwargs", a.raw_prompts, "a chat template, which --raw-prompts skips")]
+    if bad := next((w for w in wrong if w[1] and _given(a, w[0])), None):
+        raise ValueError(f"{bad[0]} applies to {bad[2]}.")
+    if mode == "dataset" and a.responses_from != "transformers":
+        raise ValueError("--responses-from applies to regenerated responses: --responses dataset generates nothing.")
+    if a.max_len is not None and a.max_len < 2: raise ValueError(f"--max-len {a.max_len}: give 2 or more tokens.")
+    return mode
+
+# %% ../nbs/03a_extract.ipynb #1fb5d44f
+def _template_kwargs(text: str | None) -> dict:
+    "The JSON object of --chat-template-kwargs (none: {}); anything else refused."
+    if text is None: return {}
+    try: kw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--chat-template-kwargs {text!r} is not JSON ({e.msg}): give an object, e.g. "
+                         '\'{"enable_thinking": false}\'.') from None
+    if not isinstance(kw, dict):
+        raise ValueError(f"--chat-template-kwargs {text!r} is not a JSON object: give one, e.g. "
+                         '\'{"enable_thinking": false}\'.')
+    return kw
+
+def _conversation_data(a, mode: str) -> ConversationData:
+    "The --data reader of the command's flags, with the tokenizer and end-of-turn ids saved beside the target."
+    target_dir = _model_dir(a.target)
+    tok = load_tokenizer(target_dir)
+    spec = TemplateSpec(_template_kwargs(a.chat_template_kwargs), a.train_turns or "all",
+                        turn_end_ids(target_dir, tok) if tok else None, a.max_len, a.overflow or "truncate")
+    return ConversationData(DataSpec(a.data, a.format, mode, spec, a.skip_bad, a.raw_prompts), tok)
+
 # %% ../nbs/03a_extract.ipynb #56ad26a9
 def _engine(a, dtype: str) -> VllmEngine | None:
     "The engine that generates the responses (None: transformers, greedy); sampling settings without it are refused."
@@ -597,34 +838,49 @@ def _engine(a, dtype: str) -> VllmEngine | None:
                       served_model=(a.served_model or served_model(url)) if url else None)
 
 def _extract(a) -> Path:
+    mode = _mode(a)
+    max_new_tokens = 256 if a.max_new_tokens is None else a.max_new_tokens
     for flag, n, what in (("--batch-size", a.batch_size, "sequences per forward"),
-                          ("--max-new-tokens", a.max_new_tokens, "tokens per response")):
+                          ("--max-new-tokens", max_new_tokens, "tokens per response")):
         if n < 1: raise ValueError(f"{flag} {n}: give 1 or more {what}.")
     hidden_state_index(0, a.convention)
-    prompts, out = read_prompt_file(a.prompts), Path(a.out)
+    check_outputs_apart({"--out": a.out}, {"--target": a.target, "--prompts": a.prompts, "--data": a.data})
+    if a.taps: check_tap_ids(a.taps, target_depth(a.target))     # from config.json: before anything loads
+    data = None if mode == "prompts" else _conversation_data(a, mode)
+    rows, out = read_prompt_file(a.prompts) if data is None else data.rows(), Path(a.out)
     device = "cuda" if a.device == "auto" and torch.cuda.is_available() else "cpu" if a.device == "auto" else a.device
     dtype = a.target_dtype or ("bfloat16" if device.startswith("cuda") else "float32")
     engine = _engine(a, dtype)
     # while vLLM holds the target, this process keeps its tokenizer and heads only
     def whole(): return load_target(a.target, backend=a.backend, dtype=dtype, device=device)
     def heads(): return load_target_heads(a.target, dtype=dtype, cpu_float32=False)
-    target = heads() if a.responses_from != "transformers" else whole()
+    in_process = a.responses_from == "transformers" and (mode != "dataset" or a.states_from == "transformers")
+    target = whole() if in_process else heads()
     taps = check_tap_ids(a.taps or default_target_layer_ids(target.num_layers), target.num_layers)
     layout = CacheLayout(taps, a.convention, CACHE_DTYPES[a.dtype], store_final=not a.no_final)
     out.mkdir(parents=True, exist_ok=True)
-    samples = cached_responses(target, prompts, out / "responses.jsonl", a.max_new_tokens, a.batch_size,
-                               chat=not a.raw_prompts, engine=engine if a.responses_from != "transformers" else None)
-    if a.states_from == "vllm":
-        if not target.heads_only:        # the whole target leaves this process before vLLM loads its own
-            del target
-            release_freed_memory()
-            target = heads()
-        path = extract_to_cache_vllm(target, engine, samples, out / "cache", layout, progress=True)
-    else:
-        target = whole() if target.heads_only else target
-        path = extract_to_cache(target, samples, out / "cache", layout, batch_size=a.batch_size, progress=True)
-    print(f"cache: {path} ({len(samples)} samples, taps {taps})")
-    return path
+    with writer_lock(out, "--out folder"):        # before the first response: one extraction per --out at a time
+        if mode == "dataset": samples = rows       # the dataset's own answers: nothing to generate
+        else:
+            answering = engine if a.responses_from != "transformers" else None
+            samples = cached_responses(target, rows, out / "responses.jsonl", max_new_tokens, a.batch_size,
+                                       chat=not a.raw_prompts, engine=answering, source=data.key() if data else None)
+            if data: samples = data.fitted(samples)     # prompt and answer together within --max-len
+        made_from = data.record() if data else None
+        if a.states_from == "vllm":
+            if not target.heads_only:        # the whole target leaves this process before vLLM loads its own
+                del target
+                release_freed_memory()
+                target = heads()
+            path = extract_to_cache_vllm(target, engine, samples, out / "cache", layout, progress=True,
+                                         made_from=made_from)
+        else:
+            target = whole() if target.heads_only else target
+            path = extract_to_cache(target, samples, out / "cache", layout, batch_size=a.batch_size, progress=True,
+                                    made_from=made_from)
+        if data: print(f"data: {data.report()}")
+        print(f"cache: {path} ({len(samples)} samples, taps {taps})")
+        return path
 
 # %% ../nbs/03a_extract.ipynb #2be62d96
 def extract_main(argv=None) -> None:

@@ -14,7 +14,7 @@ from safetensors import safe_open, SafetensorError
 from safetensors.torch import save_file
 from transformers import Qwen3Config
 from .config import DFlashConfig, TAP_CONVENTION, fc_tap_ids, default_target_layer_ids
-from .storage import atomic_write, plain_name, read_json, tensor_digest
+from .storage import atomic_write, json_text, plain_name, read_json, tensor_digest
 
 # %% auto #0
 __all__ = ['HONOURED', 'DFLASH_HONOURED', 'CHECKED', 'DFLASH_CHECKED', 'DFLASH2_KEYS', 'DFLASH2_HONOURED', 'DFLASH2_CHECKED',
@@ -217,7 +217,7 @@ def save_hub_config(c: DFlashConfig, path: str | Path) -> Path:
     "Write drafter config `c` as `config.json` into directory `path`, all-or-nothing."
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(config_to_hub(c), indent=2) + "\n"
+    text = json_text(config_to_hub(c), path / "config.json", indent=2) + "\n"
     return atomic_write(path / "config.json", lambda p: p.write_text(text))
 
 # %% ../nbs/00f_hub.ipynb #9bd201d0
@@ -225,7 +225,11 @@ def read_hub_config(path: str | Path) -> dict:
     "The raw `config.json` dict of checkpoint directory `path`."
     f = Path(path) / "config.json"
     if not f.exists(): raise FileNotFoundError(f"No config.json in {path}: point at a DFlash checkpoint directory.")
-    return read_json(f, "checkpoint config")
+    d = read_json(f, "checkpoint config")
+    if not isinstance(d, dict):
+        raise ValueError(f"{f} holds a JSON {type(d).__name__}, not an object of config fields: the checkpoint is "
+                         "damaged; restore its config.json.")
+    return d
 
 # %% ../nbs/00f_hub.ipynb #69f79ff0
 def hub_field_table() -> list[dict]:
@@ -282,7 +286,12 @@ def _weight_files(path: Path) -> list[Path]:
     if not (f := path / "model.safetensors.index.json").exists():
         raise FileNotFoundError(f"No model.safetensors or model.safetensors.index.json in {path}; "
                                 "DFlash checkpoints must be safetensors (pickled .bin/.pt files are never loaded).")
-    names = sorted(set(json.loads(f.read_text())["weight_map"].values()))
+    index = read_json(f, "weight index")
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"{f} has no \"weight_map\" table of tensor -> file: the index is damaged; re-save or "
+                         "re-download the checkpoint.")
+    names = sorted(set(weight_map.values()))
     return [path / plain_name(n, f, "Re-save or re-download the checkpoint.") for n in names]
 
 # %% ../nbs/00f_hub.ipynb #bf13642c

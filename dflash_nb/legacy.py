@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from .config import TAP_CONVENTION
 from .cli import refusals
+from .storage import check_outputs_apart
 from .cache import (CACHE_DTYPES, CacheLayout, as_sample, HiddenStateCache, cache_header, check_compatible, check_tap_ids,
                              select_taps, write_cache)
 from .extract import extract_samples, _accumulate, _parity_table, _record_errors   # tap_parity's arithmetic
@@ -95,7 +96,10 @@ def read_legacy_sample(path, aux_layer_ids, last_layer_id: int | None = None, *,
     _check_last_hidden(last_hidden, last_layer_id)
     if last_hidden == "normed" and norm is None:
         raise ValueError("last_hidden='normed' needs the target's final norm (norm=..., or target= when importing).")
-    d = torch.load(path, map_location="cpu", weights_only=True)
+    try: d = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:     # torch.load fails in many ways (UnpicklingError, KeyError, EOFError...): all are the file's
+        raise ValueError(f"{path} is not a readable torch file ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}): re-export the "
+                         "legacy sample, or leave it out of --src.") from None
     (ka, aux), (kl, last) = _legacy_get(d, "aux", path, 2), _legacy_get(d, "last", path, 2)
     (ki, ids), (km, mask) = _legacy_get(d, "input_ids", path, 1), _legacy_get(d, "loss_mask", path, 1, optional=True)
     _check_lengths(path, {ka: aux, kl: last, ki: ids, km: mask})
@@ -163,6 +167,7 @@ def import_legacy_pt_cache(source: LegacySource, out_dir, target=None, target_ha
         raise ValueError(f"{files[0]}: hidden size {H}, but target {target.name!r} has {target.hidden_size}.")
     layout = CacheLayout(tap_ids, s.convention, dtype, s.last_hidden != "tap", samples_per_shard)
     header = cache_header(name, h, depth, H, layout)
+    if getattr(target, "weights", None): header["target_weights"] = target.weights
     header["legacy"] = {"last_hidden": s.last_hidden, "last_layer_id": s.last_layer_id,
                         "aux_layer_ids": list(s.aux_layer_ids)}
     def records(chunk): return [read(f) for f in chunk]
@@ -248,6 +253,7 @@ def import_parser() -> argparse.ArgumentParser:
 def _import(a):
     if a.check < 0: raise ValueError(f"--check {a.check}: give a number of samples to re-extract, >= 1 (0: none).")
     if a.check and not a.target: raise ValueError("--check needs --target: the live model to re-extract with.")
+    check_outputs_apart({"--out": a.out}, {"--src": a.src, "--target": a.target})
     load = (lambda t: load_target(t, device="cpu")) if a.check else (lambda t: load_target_heads(t, dtype="float32"))
     target = load(a.target) if a.target else a.target_hash           # heads: the fingerprint, depth and final norm
     src = LegacySource(a.src, a.aux_layers, a.last_hidden, a.last_layer, a.prompt_len, a.convention)

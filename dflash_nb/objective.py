@@ -9,9 +9,10 @@ Docs: https://dflash-nb.github.io/dflash_nb/objective.html.md"""
 # %% ../nbs/04b_objective.ipynb #bca9f817
 from __future__ import annotations
 import math
+from functools import cached_property
 from typing import NamedTuple
 import torch, torch.nn as nn, torch.nn.functional as F
-from .config import DFlashConfig, TrainConfig
+from .config import DFlashConfig, TrainConfig, MIX_LOSSES, SOFT_LOSSES
 from .model import DFlashDraftModel
 from .ops import compute_dtype
 from .dflash2 import unary_scores
@@ -20,9 +21,9 @@ from .distributed import all_sum
 
 # %% auto #0
 __all__ = ['SLOT_LOSSES', 'slot_positions', 'target_logits', 'TargetReadout', 'position_weights', 'prefix_correct',
-           'dpace_weights', 'weighted_slots', 'dflash_loss', 'acceptance_counts', 'acceptance_metrics', 'noise_level',
-           'noisy_fc_input', 'noisy_targets', 'rows_targets', 'loss_targets', 'selector_terms', 'RowsLoss',
-           'ChunkedRowsLoss', 'StepLoss', 'step_loss', 'slot_gradients', 'NoiseOnTargets', 'SlotGrads',
+           'dpace_weights', 'SlotTerms', 'weighted_slots', 'dflash_loss', 'acceptance_counts', 'acceptance_metrics',
+           'noise_level', 'noisy_fc_input', 'noisy_targets', 'rows_targets', 'loss_targets', 'selector_terms',
+           'RowsLoss', 'ChunkedRowsLoss', 'StepLoss', 'step_loss', 'slot_gradients', 'NoiseOnTargets', 'SlotGrads',
            'SelectorMetrics', 'run_callbacks']
 
 # %% ../nbs/04b_objective.ipynb #c4b95edb
@@ -65,14 +66,48 @@ def dpace_weights(ce: torch.Tensor, supervised: torch.Tensor, alpha: float = 0.5
         s = torch.where(supervised, (1 - alpha) * torch.exp(-ce) + alpha, torch.ones_like(ce))
         return (s.cumprod(-1) * m).flip(-1).cumsum(-1).flip(-1) * m
 
+# %% ../nbs/04b_objective.ipynb #51853fa5
+class SlotTerms:
+    "Per-slot losses [N, A, B-1] of drafter logits `lg` [N, A, B-1, V] against `labels` or the target's `soft` logits."
+    def __init__(self, lg: torch.Tensor, labels: torch.Tensor, soft: torch.Tensor | None = None, lk_eta: float = 3.0):
+        self.lg, self.labels, self.soft, self.lk_eta = lg, labels, soft, lk_eta
+
+    @cached_property
+    def logq(self): return self.lg.log_softmax(-1)
+    @cached_property
+    def logp(self):
+        if self.soft is None: raise ValueError(f"The losses {SOFT_LOSSES} compare with the target's distribution: "
+                                               "they need target logits (target_source 'final' or 'deepest_tap').")
+        return self.soft.log_softmax(-1)
+    @cached_property
+    def log_overlap(self): return torch.minimum(self.logp, self.logq).logsumexp(-1)   # log α = log Σ min(p, q)
+
+    @cached_property
+    def ce(self):
+        return F.cross_entropy(self.lg.flatten(0, 2), self.labels.flatten(), reduction="none").view_as(self.labels)
+    @cached_property
+    def kl(self): return (self.logp.exp() * (self.logp - self.logq)).sum(-1)
+    @cached_property
+    def tv(self): return 1 - self.log_overlap.exp()
+    @cached_property
+    def nla(self): return -self.log_overlap
+    @cached_property
+    def lk_hybrid(self):
+        lam = torch.exp(-self.lk_eta * self.log_overlap.detach().exp())
+        return lam * self.kl + (1 - lam) * self.tv
+
+    def loss(self, terms: dict) -> torch.Tensor:
+        "Σ weight × term over `terms` {name: weight} (`TrainConfig.loss_terms`); a lone term of weight 1 is itself."
+        bad = [k for k in terms if k not in MIX_LOSSES]
+        if bad: raise ValueError(f"Unknown per-slot loss {bad[0]!r}: use one of {MIX_LOSSES}.")
+        if list(terms.values()) == [1.0]: return getattr(self, next(iter(terms)))
+        return sum(c * getattr(self, k) for k, c in terms.items())
+
 # %% ../nbs/04b_objective.ipynb #6eb45ab4
 def weighted_slots(logits, labels, supervised, cfg: TrainConfig, soft_logits=None) -> tuple:
-    "Per slot 1..B-1 of `logits` [N, A, B, V]: `cfg.loss`, its detached weight, whether right (all [N, A, B-1])."
+    "Per slot 1..B-1 of `logits` [N, A, B, V]: `cfg`'s loss, its detached weight, whether right (all [N, A, B-1])."
     lg = logits[:, :, 1:].float()
-    if cfg.loss == "ce": per = F.cross_entropy(lg.flatten(0, 2), labels.flatten(), reduction="none").view_as(labels)
-    else:
-        logp_t = soft_logits.log_softmax(-1)
-        per = (logp_t.exp() * (logp_t - lg.log_softmax(-1))).sum(-1)
+    per = SlotTerms(lg, labels, soft_logits, cfg.lk_eta).loss(cfg.loss_terms)
     correct = (lg.argmax(-1) == labels) & supervised
     if cfg.position_weight == "dpace": w = dpace_weights(per, supervised, cfg.dpace_alpha)
     else: w = position_weights(logits.shape[2], cfg.gamma).to(lg.device) * supervised
@@ -248,14 +283,16 @@ def slot_gradients(model, b: Batch, dc: DFlashConfig, cfg: TrainConfig, readout:
                    losses=SLOT_LOSSES) -> dict:
     "{loss: {grad_norm, grad_share, weight}} over slots 1..B-1 of one batch (`cfg`: gamma, streak); whole logits."
     labels, soft, sup = loss_targets(b, dc, *readout)
-    if soft is None and any(x != "ce" for x in losses):
-        raise ValueError(f"losses={losses} include KL, which needs target states: use target_source 'final' or "
-                         "'deepest_tap', or losses=('ce',).")
+    cfgs = {name: TrainConfig(loss=name.split("+")[0], loss_mix=cfg.loss_mix if name.startswith("mix") else {},
+                              lk_eta=cfg.lk_eta, gamma=cfg.gamma, streak=(cfg.streak or 1.0) * ("streak" in name))
+            for name in losses}
+    if soft is None and any(k in SOFT_LOSSES for c in cfgs.values() for k in c.loss_terms):
+        raise ValueError(f"losses={losses} include a loss against the target's distribution {SOFT_LOSSES}, which needs "
+                         "target states: use target_source 'final' or 'deepest_tap', or losses=('ce',).")
     params = [p for p in model.parameters() if p.requires_grad]
     logits = model(b.input_ids, b.fc_taps, b.anchors, cfg.attn_impl)
     out = {}
-    for name in losses:
-        c = TrainConfig(loss=name.split("+")[0], gamma=cfg.gamma, streak=(cfg.streak or 1.0) * ("streak" in name))
+    for name, c in cfgs.items():
         per, w, _ = weighted_slots(logits, labels, sup, c, soft)
         total = w.sum().clamp(min=1e-8)
         terms = (per * w).sum((0, 1)) / total

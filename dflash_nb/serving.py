@@ -14,7 +14,7 @@ from .config import DFlashConfig
 from .hub import config_to_hub, save_hub_config, write_drafter_tensors
 from .model import DFlashDraftModel, drafter_state_dict
 from .checkpoint import latest_checkpoint
-from .storage import check_output_dir
+from .storage import check_output_dir, check_outputs_apart
 from .cli import refusals
 
 # %% auto #0
@@ -86,6 +86,7 @@ def export_drafter(drafter, out, dtype: str | None = None, engine: str = "vllm")
     if dtype is not None and dtype not in EXPORT_DTYPES:
         raise ValueError(f"--dtype {dtype}: give one of {sorted(EXPORT_DTYPES)} (default: the weights' own).")
     out = Path(out)
+    check_outputs_apart({"out": out}, {"drafter": drafter})
     if out.exists() and any(out.iterdir()): raise ValueError(f"{out} exists and is not empty: give a new directory.")
     model = DFlashDraftModel.from_pretrained(drafter_paths(drafter)[0])
     c = _as_layer_outputs(model.config)

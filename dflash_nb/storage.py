@@ -8,7 +8,7 @@ Docs: https://dflash-nb.github.io/dflash_nb/storage.html.md"""
 
 # %% ../nbs/00a_storage.ipynb #b8559b4f
 from __future__ import annotations
-import hashlib, json, os, re, shutil
+import hashlib, json, math, os, re, shutil
 from contextlib import contextmanager
 from pathlib import Path
 from filelock import FileLock, Timeout
@@ -16,7 +16,7 @@ import torch
 
 # %% auto #0
 __all__ = ['LOCK_NAME', 'new_file_mode', 'atomic_write', 'file_sha256', 'read_json', 'drop_torn_tail', 'read_json_lines',
-           'tensor_digest', 'plain_name', 'check_output_dir', 'writer_lock']
+           'json_text', 'tensor_digest', 'plain_name', 'check_output_dir', 'check_outputs_apart', 'writer_lock']
 
 # %% ../nbs/00a_storage.ipynb #166456a4
 def _fsync_dir(path: Path):
@@ -86,6 +86,22 @@ def read_json_lines(path, what: str = "file") -> list:
                              "again.") from None
     return out
 
+# %% ../nbs/00a_storage.ipynb #036253b4
+def _non_finite(obj, where: str = ""):
+    "The path (e.g. `[3].tau`) and value of the first NaN or infinity in `obj`, or None."
+    if isinstance(obj, float): return None if math.isfinite(obj) else (where or "the value", obj)
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+    for k, v in items:
+        if found := _non_finite(v, f"{where}.{k}" if isinstance(obj, dict) else f"{where}[{k}]"): return found
+    return None
+
+def json_text(obj, path, **kw) -> str:
+    "`obj` as strict JSON (no NaN or infinity) for file `path`; a non-finite number is refused naming where it is."
+    try: return json.dumps(obj, allow_nan=False, **kw)
+    except ValueError:
+        where, v = _non_finite(obj) or ("a value", "not finite")
+        raise ValueError(f"{path}: {where.lstrip('.')} is {v}, which JSON cannot hold; nothing was written.") from None
+
 # %% ../nbs/00a_storage.ipynb #f38b45f9
 def tensor_digest(tensors: dict) -> str:
     "sha256 over named tensors: equal digests mean bit-identical tensors."
@@ -116,6 +132,18 @@ def check_output_dir(path, need_bytes: int = 0) -> Path:
         raise OSError(f"{probe} has {free / 2**20:.0f} MiB free, the output needs about {need_bytes / 2**20:.0f} MiB: "
                       "free space or choose another disk. Nothing was written.")
     return path
+
+# %% ../nbs/00a_storage.ipynb #6200251e
+def check_outputs_apart(outputs: dict, inputs: dict):
+    "Refuse any output path (`{what: path}`, None skipped) that is an input or lies inside an input's directory."
+    ins = {what: Path(p).resolve() for what, p in inputs.items() if p is not None}
+    for out_what, o in outputs.items():
+        if o is None: continue
+        o = Path(o).resolve()
+        for in_what, i in ins.items():
+            if o == i or i in o.parents:
+                raise ValueError(f"{out_what} {o} is {'' if o == i else 'inside '}{in_what} {i}: an output never "
+                                 f"overwrites an input; choose an {out_what} outside it.")
 
 # %% ../nbs/00a_storage.ipynb #ddba343e
 LOCK_NAME = ".dflash.lock"

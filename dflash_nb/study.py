@@ -14,7 +14,7 @@ from dataclasses import dataclass, asdict, replace
 from pathlib import Path
 from filelock import FileLock, Timeout
 from .storage import atomic_write, read_json
-from .cache import HiddenStateCache
+from .cache import MANIFEST, HiddenStateCache, read_manifest, resolve_cache_dir
 from .config import TrainConfig
 from .model import DFlashDraftModel, retrofit_fused
 from .target import load_target_heads
@@ -31,7 +31,8 @@ from .study_report import write_study_report
 # %% auto #0
 __all__ = ['BUSY', 'COST_KEYS', 'StudyInputs', 'load_inputs', 'held_out_indices', 'evaluate_run', 'budget_curve', 'train_run',
            'retrofit_stage', 'retrofit_first_stage', 'config_changes', 'read_result', 'float_path', 'run_one',
-           'claimed_run', 'run_study', 'finished_results', 'import_results', 'study_parser', 'study_main', 'study_plan']
+           'claimed_run', 'run_study', 'finished_results', 'check_imported', 'import_results', 'study_parser',
+           'study_main', 'study_plan']
 
 # %% ../nbs/12_recipe_study.ipynb #a404c30e
 @dataclass
@@ -213,6 +214,33 @@ def finished_results(sc: StudyConfig) -> tuple[list[dict], list[tuple]]:
     waiting = {n for n, _ in unfinished}
     return [r for (n, _), r in got.items() if n not in waiting], unfinished
 
+# %% ../nbs/12_recipe_study.ipynb #95407408
+def _pooled(point: dict) -> float | None:
+    "The pooled τ a result (or budget-curve point) implies: its per-prompt τ weighted by their rounds, if stored."
+    taus, rounds = point.get("tau_per_prompt"), point.get("rounds_per_prompt")
+    if not taus or not rounds or len(taus) != len(rounds) or not sum(rounds): return None
+    return sum(t * n for t, n in zip(taus, rounds)) / sum(rounds)
+
+def check_imported(sc: StudyConfig, r: dict, where: str) -> None:
+    "A ValueError unless result `r`'s τ follow from its rounds, and its budgets and prompt count are `sc`'s."
+    for point in [r, *r.get("curve", [])]:
+        pooled, tau = _pooled(point), point.get("tau")
+        if pooled is not None and not (isinstance(tau, (int, float)) and abs(pooled - tau) <= 1e-9 * max(1, pooled)):
+            raise ValueError(f"{where}: τ {tau} is not what its per-prompt τ and rounds give ({pooled:.6f}); the "
+                             "result was edited or damaged: import the report's own results.json.")
+    eq = r.get("equal_cost_budget")
+    want = {str(b) for b in sorted(set(sc.budgets) | {eq})} if isinstance(eq, int) else None
+    if want is not None and set(r.get("tau_tree", {})) != want:
+        raise ValueError(f"{where}: evaluated on DDTree budgets {sorted(r.get('tau_tree', {}))}, this study on "
+                         f"{sorted(want)}: import it into a study with its evaluation settings.")
+    if sc.eval_cache and (resolve_cache_dir(sc.eval_cache) / MANIFEST).exists() and "tau_per_prompt" in r:
+        n = sum(len(e["lengths"]) for e in read_manifest(resolve_cache_dir(sc.eval_cache))["shards"])
+        idx = list(sc.eval_indices) or list(range(n))
+        if len(r["tau_per_prompt"]) != len(idx[:sc.eval_limit] if sc.eval_limit else idx):
+            raise ValueError(f"{where}: evaluated on {len(r['tau_per_prompt'])} held-out prompts, this study on "
+                             f"{len(idx[:sc.eval_limit] if sc.eval_limit else idx)}: import it into a study with its "
+                             "evaluation settings (eval_cache, eval_indices, eval_limit).")
+
 # %% ../nbs/12_recipe_study.ipynb #3d5c4b3d
 def import_results(sc: StudyConfig, path) -> tuple[int, int]:
     "Write `path`'s results (a JSON list, as in a report's results.json) into `sc`'s runs not finished: (written, skipped)."
@@ -226,6 +254,7 @@ def import_results(sc: StudyConfig, path) -> tuple[int, int]:
         if diff := config_changes(r["config"], run_config(sc, r["variant"], r["seed"])):
             raise ValueError(f"{path}: {r['variant']} seed {r['seed']} was made with other settings (saved, now): "
                              f"{diff}; import it into a study with those settings.")
+        check_imported(sc, r, f"{path}: {r['variant']} seed {r['seed']}")
     written = 0
     for r in mine:
         if read_result(sc, r["variant"], r["seed"]) is None:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from fastcore.basics import patch
-from .cache import resolve_cache_dir
+from .cache import MANIFEST, resolve_cache_dir, shared_shards
 from .config import TrainConfig, DRAFTER_KEYS, Range
 from .cli import check_keys, read_settings
+from .storage import check_outputs_apart
 
 # %% auto #0
 __all__ = ['LAUNCHERS', 'STUDY_OWNED', 'DATA_ORDER', 'RETROFIT', 'STUDY_RANGES', 'StudyConfig', 'run_dir', 'retrofit_init',
@@ -150,6 +151,13 @@ def validate(self: StudyConfig) -> StudyConfig:
     if self.cache and self.eval_cache and same(self.cache, self.eval_cache):
         raise ValueError("eval_cache is the training cache: τ would be measured on trained samples; "
                          "extract a held-out cache from other prompts.")
+    if self.cache and self.eval_cache and all((resolve_cache_dir(p) / MANIFEST).exists() for p in (self.cache,
+                                                                                                  self.eval_cache)):
+        if n := shared_shards(self.cache, self.eval_cache):
+            raise ValueError(f"eval_cache {self.eval_cache} holds {n} shard(s) of the very samples of the training cache "
+                             f"{self.cache} (a copy?): τ would be measured on trained samples; extract a held-out "
+                             "cache from other prompts.")
+    check_outputs_apart({"out_dir": self.out_dir}, {"cache": self.cache or None, "eval_cache": self.eval_cache or None})
     _check_fields(self.base, "base", STUDY_OWNED)
     for name, v in self.variants.items():
         _check_fields(v, f"variant {name!r}", STUDY_OWNED + DATA_ORDER, RETROFIT)

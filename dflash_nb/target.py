@@ -8,12 +8,14 @@ Docs: https://dflash-nb.github.io/dflash_nb/target.html.md"""
 from __future__ import annotations
 import hashlib, importlib, inspect, json, math, os, sys, types
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Callable
 import torch
 from fastcore.basics import patch
 from torch import nn
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+import transformers
+from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers import LlamaConfig, Qwen3Config, Qwen3_5TextConfig
 from .storage import read_json
 from .ops import Float32Head, HEAD_ROWS
@@ -21,12 +23,12 @@ from .ops import Float32Head, HEAD_ROWS
 # %% auto #0
 __all__ = ['TRANSIENT_CONFIG_KEYS', 'LINEAR_KERNEL_NAMES', 'LINEAR_BACKENDS', 'TINY_KINDS', 'DTYPES', 'TOKENIZER_FILES',
            'HEADS_ONLY', 'SAFETENSORS_DTYPES', 'SAFETENSORS_INDEX', 'SAFETENSORS_FILE', 'MAX_HEADER',
-           'CHECKPOINT_PREFIXES', 'COPY_SHARE', 'config_hash', 'linear_attention_layers', 'plain_function',
-           'resolved_kernel', 'torch_kernels', 'fla_kernels', 'fla_missing', 'kernel_callers', 'use_linear_kernels',
-           'linear_kernels', 'resolve_backend', 'set_linear_backend', 'Target', 'as_target', 'tiny_config',
-           'tiny_target', 'as_dtype', 'recorded_dtype', 'checkpoint_dtype', 'load_tokenizer', 'load_target',
-           'TargetHeads', 'materialise', 'SafetensorsReader', 'checkpoint_names', 'memory_available',
-           'cpu_float32_heads', 'load_target_heads']
+           'CHECKPOINT_PREFIXES', 'FINGERPRINT_ROWS', 'COPY_SHARE', 'config_hash', 'linear_attention_layers',
+           'plain_function', 'resolved_kernel', 'torch_kernels', 'fla_kernels', 'fla_missing', 'kernel_callers',
+           'use_linear_kernels', 'linear_kernels', 'resolve_backend', 'set_linear_backend', 'Target', 'as_target',
+           'tiny_config', 'tiny_target', 'as_dtype', 'recorded_dtype', 'checkpoint_dtype', 'load_tokenizer',
+           'check_finite_heads', 'target_depth', 'load_target', 'TargetHeads', 'materialise', 'SafetensorsReader',
+           'checkpoint_names', 'weights_fingerprint', 'memory_available', 'cpu_float32_heads', 'load_target_heads']
 
 # %% ../nbs/02_target.ipynb #4dd4c295
 TRANSIENT_CONFIG_KEYS = ("_name_or_path", "transformers_version", "dtype", "torch_dtype", "architectures",
@@ -146,6 +148,13 @@ class Target:
     name: str
     config_hash: str
     backend: str  # "fla" | "torch" | "none"
+    path: Path | None = None      # the directory it was loaded from (None: built in memory)
+
+    @cached_property
+    def weights(self) -> str | None:
+        "`weights_fingerprint` of its directory (None: built in memory), computed on first use."
+        if self.path is None: return None
+        return weights_fingerprint(self.path, self.model.config, getattr(self.model, "reader", None))
 
     @property
     def text_config(self): return self.model.config.get_text_config()
@@ -239,7 +248,29 @@ def _model_dir(path) -> Path:
         raise FileNotFoundError(f"Target directory {path} does not exist; pass a local HF model directory.")
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path} has no config.json, so it is not a Hugging Face model directory.")
+    config = read_json(path / "config.json", "model config")
+    kind = config.get("model_type") if isinstance(config, dict) else None
+    if kind not in CONFIG_MAPPING:
+        raise ValueError(f"{path / 'config.json'}: model_type {kind!r} is not an architecture transformers "
+                         f"{transformers.__version__} knows: check the directory is the target's, or upgrade transformers.")
     return path
+
+# %% ../nbs/02_target.ipynb #507bbc6a
+def check_finite_heads(model: nn.Module, path) -> nn.Module:
+    "`model`, or a ValueError naming the head of the target in `path` that holds NaN or infinity."
+    heads = {"embeddings": model.get_input_embeddings(), "final norm": model.get_decoder().norm,
+             "lm_head": model.get_output_embeddings()}
+    for what, m in heads.items():
+        if not all(torch.isfinite(rows).all() for rows in m.weight.detach().split(1 << 14)):
+            raise ValueError(f"{path}: the target's {what} hold NaN or infinity: the checkpoint is damaged; restore it "
+                             "from the model's source.")
+    return model
+
+# %% ../nbs/02_target.ipynb #ef74d760
+def target_depth(path) -> int:
+    "The number of decoder layers of the target in `path`, from its config.json alone."
+    config = AutoConfig.from_pretrained(_model_dir(path), trust_remote_code=False, local_files_only=True)
+    return config.get_text_config().num_hidden_layers
 
 # %% ../nbs/02_target.ipynb #7933b7b4
 def load_target(path, backend="auto", dtype=torch.float32, device="cpu") -> Target:
@@ -247,7 +278,10 @@ def load_target(path, backend="auto", dtype=torch.float32, device="cpu") -> Targ
     path = _model_dir(path)
     dtype = checkpoint_dtype(path) if dtype == "auto" else as_dtype(dtype)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False, local_files_only=True)
-    return as_target(model.to(device), load_tokenizer(path), path.name, backend)
+    check_finite_heads(model, path)
+    target = as_target(model.to(device), load_tokenizer(path), path.name, backend)
+    target.path = path
+    return target
 
 # %% ../nbs/02_target.ipynb #84bc9a26
 HEADS_ONLY = ("This target was loaded heads-only (embeddings, final norm, lm_head) for a cache-fed stage; "
@@ -331,7 +365,11 @@ class SafetensorsReader:
             raise FileNotFoundError(f"{self.path} holds neither {SAFETENSORS_INDEX} nor {SAFETENSORS_FILE}; heads-only "
                                     "loading reads safetensors checkpoints: use load_target(path).")
         if not index.exists(): return dict.fromkeys(self.header(SAFETENSORS_FILE)[1], SAFETENSORS_FILE)
-        files = json.loads(index.read_text())["weight_map"]
+        files = read_json(index, "weight index")
+        files = files.get("weight_map") if isinstance(files, dict) else None
+        if not isinstance(files, dict):
+            raise ValueError(f"{index} has no \"weight_map\" table of tensor -> file: the index is damaged; restore "
+                             "it from the model's source.")
         if bad := sorted({f for f in files.values() if f in ("", ".", "..") or f != Path(f).name}):
             raise ValueError(f"{index} names {bad[0]!r}, outside {self.path}: an index may name only files in its "
                              "own directory.")
@@ -407,6 +445,28 @@ def load_from(self: TargetHeads, reader: SafetensorsReader) -> TargetHeads:
     self.reader = reader                                 # what was read: `reader.tensors_read`, `reader.bytes_read`
     return self
 
+# %% ../nbs/02_target.ipynb #7f05b436
+FINGERPRINT_ROWS = 1024
+
+def weights_fingerprint(path, hf_config, reader: SafetensorsReader | None = None) -> str | None:
+    "16 hex digits of sha256 over the stored bytes of the heads of the target in `path` (None: not safetensors)."
+    try: reader = reader or SafetensorsReader(path)
+    except FileNotFoundError: return None
+    with torch.device("meta"): lm = AutoModelForCausalLM.from_config(hf_config)
+    where, h = {id(m): n for n, m in lm.named_modules()}, hashlib.sha256()
+    for k, m in _heads_of(lm).items():
+        names = checkpoint_names(f"{where[id(m)]}.weight", lm.config.model_type)
+        if not (found := [c for c in names if c in reader.files]): continue     # a tied lm_head is stored once
+        file, at, dtype, shape, n = reader.locate(found[0])
+        rows = shape[0] if shape else 1
+        row, step = n // rows, -(-rows // FINGERPRINT_ROWS)
+        h.update(f"{k} {dtype} {shape}\n".encode())
+        with open(reader.path / file, "rb") as f:
+            for r in range(0, rows, step):
+                f.seek(at + r * row)
+                h.update(f.read(row))
+    return h.hexdigest()[:16]
+
 # %% ../nbs/02_target.ipynb #a7eb870d
 COPY_SHARE = 0.5       # a float32 copy of a half-precision lm_head is made when it takes at most this share of free memory
 
@@ -449,6 +509,6 @@ def load_target_heads(path, dtype="auto", device="cpu", cpu_float32: bool = True
     dtype = checkpoint_dtype(path) if dtype == "auto" else as_dtype(dtype)
     config = AutoConfig.from_pretrained(path, trust_remote_code=False, local_files_only=True)
     with torch.device(device): heads = TargetHeads.from_config(config, dtype)
-    heads.load_from(SafetensorsReader(path)).eval()
+    check_finite_heads(heads.load_from(SafetensorsReader(path)).eval(), path)
     if cpu_float32: cpu_float32_heads(heads)      # on a CPU, half-precision heads compute in float32 (below)
-    return Target(heads, load_tokenizer(path), path.name, config_hash(heads.config), "none")
+    return Target(heads, load_tokenizer(path), path.name, config_hash(heads.config), "none", path)

@@ -8,7 +8,7 @@ Docs: https://dflash-nb.github.io/dflash_nb/train.html.md"""
 
 # %% ../nbs/04a_train.ipynb #0c323a37
 from __future__ import annotations
-import json, math, os, time
+import math, os, time
 from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
@@ -19,7 +19,7 @@ import torch, torch.nn as nn
 import torch.distributed as dist
 from .config import TrainConfig
 from .model import DFlashDraftModel
-from .storage import check_output_dir, drop_torn_tail, read_json_lines, writer_lock
+from .storage import check_output_dir, check_outputs_apart, drop_torn_tail, json_text, read_json_lines, writer_lock
 from .cache import check_compatible
 from .checkpoint import (CheckpointState, save_checkpoint, latest_checkpoint, read_training_state,
                                   tensor_digest, whole_weights, whole_optimizer_state, load_optimizer_state)
@@ -39,7 +39,8 @@ class Trainer:
                  wrapped: nn.Module | None = None, cbs=()):
         self.cfg, self.target, self.data, self.model, self.opt = cfg, target, data, model, opt
         check_compatible(data, target_hash=target.config_hash, tap_ids=model.config.target_layer_ids,
-                         convention=model.config.tap_convention)      # the data is this target's, with the taps
+                         convention=model.config.tap_convention,      # the data is this target's, with the taps
+                         target_weights=getattr(target, "weights", None))
         self.wrapped, self.cbs, self.dc, self.step = wrapped or model, list(cbs), model.config, 0
         self.rank, self.world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
         self.device, self.out = model.embed_tokens.weight.device, Path(cfg.out_dir)
@@ -124,6 +125,8 @@ def from_config(cls: Trainer, cfg: TrainConfig, target=None, data=None) -> Train
     cfg = cfg.validate()
     if data is None and not (cfg.cache or cfg.prompts):
         raise ValueError("No training data: set cache (a hidden-state cache) or prompts (online mode).")
+    check_outputs_apart({"out_dir": cfg.out_dir}, {k: getattr(cfg, k) or None for k in ("cache", "prompts", "target",
+                                                                                          "init_from")})
     device = resolve_device(cfg.device, int(os.environ.get("LOCAL_RANK", "0")))
     rank, world = init_distributed(device)
     target, data, dc = load_run_inputs(cfg, device, rank, world, target, data)
@@ -241,7 +244,8 @@ def due(self: Trainer, every: int) -> bool:
 def log(self: Trainer, rec: dict) -> None:
     "Append `rec` to `out_dir/metrics.jsonl` (after a kill mid-write, its torn last line is cut first)."
     drop_torn_tail(self.out / "metrics.jsonl")
-    with open(self.out / "metrics.jsonl", "a") as f: f.write(json.dumps(rec) + "\n")
+    line = json_text(rec, self.out / "metrics.jsonl") + "\n"        # refused before the file is touched
+    with open(self.out / "metrics.jsonl", "a") as f: f.write(line)
 
 # %% ../nbs/04a_train.ipynb #b50194b5
 @patch
