@@ -25,8 +25,8 @@ from .storage import atomic_write, check_output_dir, file_sha256, json_text, pla
 __all__ = ['CACHE_FORMAT', 'CACHE_VERSION', 'MANIFEST', 'CACHE_DTYPES', 'TABLE_KEY', 'MANIFEST_FIELDS', 'SHARD_FIELDS',
            'LATER_FIELDS', 'LATER_SHARD_FIELDS', 'VERIFY_ENV', 'VERIFY_ON', 'VERIFY_OFF', 'check_tap_ids', 'as_sample',
            'iter_chunks', 'CacheLayout', 'cache_header', 'rows_digest', 'write_shard', 'CacheShardError', 'check_shard',
-           'read_manifest', 'release_freed_memory', 'write_cache', 'resolve_cache_dir', 'verify_by_default',
-           'HiddenStateCache', 'select_taps', 'check_compatible', 'shared_shards', 'rewrite_cache']
+           'read_manifest', 'release_freed_memory', 'sample_categories', 'write_cache', 'resolve_cache_dir',
+           'verify_by_default', 'HiddenStateCache', 'select_taps', 'check_compatible', 'shared_shards', 'rewrite_cache']
 
 # %% ../nbs/03_cache.ipynb #179b581e
 CACHE_FORMAT, CACHE_VERSION, MANIFEST = "dflash_nb.hidden_state_cache", 1, "manifest.json"
@@ -219,7 +219,7 @@ MANIFEST_FIELDS = dict(target_name=str, target_hash=(str, type(None)), num_targe
                        samples_per_shard=int, complete=bool, shards=list)
 SHARD_FIELDS = dict(index=int, file=str, lengths=list, bytes=int, sha256=str, samples=str)
 LATER_FIELDS = dict(target_weights=str)  # manifest fields that older caches lack
-LATER_SHARD_FIELDS = dict(digests=str)   # fields that older caches' shard entries lack
+LATER_SHARD_FIELDS = dict(digests=str, categories=list)   # fields older (or uncategorised) caches' entries lack
 
 def _wrong_type(d, k, t) -> bool:
     return not isinstance(d, dict) or k not in d or not isinstance(d[k], t) or (t is int and isinstance(d[k], bool))
@@ -236,6 +236,14 @@ def _check_fields(d, fields: dict, where):
         raise ValueError(f"{where}: {ints or 'dtype, hidden_size or tap_convention'} hold impossible values; the "
                          "manifest is damaged: re-extract the cache.")
 
+# %% ../nbs/03_cache.ipynb #c47e9a01
+def _check_categories(e: dict, f: Path):
+    "A ValueError unless shard entry `e`'s `categories`, if any, hold a string or null per sample."
+    cs = e.get("categories", [None] * len(e["lengths"]))
+    if len(cs) != len(e["lengths"]) or not all(c is None or isinstance(c, str) for c in cs):
+        raise ValueError(f"{f} (shard {e['index']}): categories {cs[:4]}... are not a string or null for each of its "
+                         f"{len(e['lengths'])} samples; the manifest is damaged: re-extract the cache.")
+
 # %% ../nbs/03_cache.ipynb #81fcd0da
 def _check_entry(e, f: Path):
     "A ValueError unless shard entry `e` of manifest `f` has its fields and a `file` that stays in the cache directory."
@@ -243,6 +251,7 @@ def _check_entry(e, f: Path):
     if bad := [k for k, t in LATER_SHARD_FIELDS.items() if k in e and _wrong_type(e, k, t)]:
         raise ValueError(f"{f} (a shard entry): fields {bad} are of the wrong type; the manifest is damaged: "
                          "re-extract the cache.")
+    _check_categories(e, f)
     plain_name(e["file"], f"{f} (shard {e['index']})", "Re-extract the cache.")
 
 # %% ../nbs/03_cache.ipynb #f7e9586e
@@ -288,9 +297,24 @@ def _write_or_explain(out_dir: Path, i: int, records: list[dict], m: dict, diges
         raise OSError(f"Writing shard {i} into {out_dir} failed ({e}). The {len(m['shards'])} shards written so far "
                       "are intact: free space (or fix the directory), then rerun the same extraction to resume.") from e
 
+# %% ../nbs/03_cache.ipynb #c47e9a02
+def sample_categories(chunk) -> list:
+    "Each sample's `category` (None where it has none, or is no dict): what a manifest records beside its lengths."
+    return [s.get("category") if isinstance(s, dict) else None for s in chunk]
+
+def _with_categories(m: dict, cats: dict) -> dict:
+    "`m` with shard `categories` from `cats` {index: [str | None]} when some sample has one; else with none at all."
+    some = any(c is not None for cs in cats.values() for c in cs)
+    def entry(e):
+        e = {k: v for k, v in e.items() if k != "categories"}
+        return e | {"categories": cats[e["index"]]} if some and e["index"] in cats else e
+    return m | {"shards": [entry(e) for e in m["shards"]]}
+
 # %% ../nbs/03_cache.ipynb #ba79b1f3
-def write_cache(out_dir, header: dict, samples, make_records, identity, progress: bool = False) -> Path:
-    "Stream `samples` into shards of `out_dir`, resuming: `make_records(chunk)` -> records; `identity(chunk)` names it."
+def write_cache(out_dir, header: dict, samples, make_records, identity, progress: bool = False,
+                categories=sample_categories) -> Path:
+    """Stream `samples` into shards of `out_dir`, resuming: `make_records(chunk)` -> records; `identity(chunk)` names
+    it; `categories(chunk)` -> each sample's category (str or None), recorded when some sample has one."""
     chunks = iter_chunks(samples, header["samples_per_shard"])
     if (first := next(chunks, None)) is None:
         raise ValueError(f"No samples to write into {out_dir}: nothing was written (an empty prompt file or list?).")
@@ -298,20 +322,23 @@ def write_cache(out_dir, header: dict, samples, make_records, identity, progress
     with writer_lock(out_dir, "cache directory"):
         # a killed writer's leftovers, ours (name.pid.tmp) and safetensors' own (.tmpXXXXXX): no one else writes here
         for t in [*out_dir.glob("*.tmp"), *out_dir.glob(".tmp*")]: t.unlink()
-        m, i = _resume_manifest(out_dir, header), -1
+        m, i, cats = _resume_manifest(out_dir, header), -1, {}
         done = {e["index"]: e for e in m["shards"]}
         for i, chunk in enumerate(tqdm(chain([first], chunks), disable=not progress, unit="shard")):
-            digest = _digest(identity(chunk))
+            digest, cats[i] = _digest(identity(chunk)), list(categories(chunk))
+            if len(cats[i]) != len(chunk) or not all(c is None or isinstance(c, str) for c in cats[i]):
+                raise ValueError(f"Shard {i} of {out_dir}: categories {cats[i][:4]}...: give a string (or None) per "
+                                 "sample.")
             if i in done and done[i]["samples"] != digest:
                 raise ValueError(f"{out_dir}: shard {i} was made from other samples; extract into a fresh directory.")
             if i in done: continue
             entry = _write_or_explain(out_dir, i, make_records(chunk), m, digest)
             m["shards"] = sorted(m["shards"] + [entry], key=lambda e: e["index"])
-            _write_manifest(out_dir, m)
+            _write_manifest(out_dir, _with_categories(m, cats))
             release_freed_memory()
         if extra := sorted(k for k in done if k > i):
             raise ValueError(f"{out_dir} holds shards {extra} beyond the samples given; extract into a fresh directory.")
-        _write_manifest(out_dir, m | {"complete": True})
+        _write_manifest(out_dir, _with_categories(m, cats) | {"complete": True})
     return out_dir
 
 # %% ../nbs/03_cache.ipynb #9538dadf
@@ -347,6 +374,7 @@ class HiddenStateCache:
         self.target_hash, self.target_name = m["target_hash"], m["target_name"]
         self.hidden_size, self.has_final, self.dtype = m["hidden_size"], m["has_final"], CACHE_DTYPES[m["dtype"]]
         self.lengths = [T for e in m["shards"] for T in e["lengths"]]
+        self.categories = [c for e in m["shards"] for c in e.get("categories", [None] * len(e["lengths"]))]
         self._first = list(accumulate((len(e["lengths"]) for e in m["shards"]), initial=0))
         self._cum = list(accumulate(self.lengths, initial=0))
         self._paths = [str(self.path / e["file"]) for e in m["shards"]]
@@ -486,4 +514,5 @@ def rewrite_cache(src, out_dir, progress: bool = False) -> Path:
     c = HiddenStateCache(src, verify=True)
     header = {k: v for k, v in c.manifest.items() if k != "shards"} | {"complete": False, "shards": []}
     def ids(chunk): return [c._read_rows(i, ["input_ids"])["input_ids"].numpy().tobytes() for i in chunk]
-    return write_cache(out_dir, header, range(len(c)), lambda chunk: [c[i] for i in chunk], ids, progress)
+    return write_cache(out_dir, header, range(len(c)), lambda chunk: [c[i] for i in chunk], ids, progress,
+                       lambda chunk: [c.categories[i] for i in chunk])

@@ -175,7 +175,11 @@ def open_rows(path, split: str = "train"):
         return _saved_split(path, split)
     if path.suffix not in FILE_KINDS:
         raise ValueError(f"{path}: a {path.suffix or 'suffix-less'} file; give a .jsonl, .json or .parquet file.")
-    return load_dataset(FILE_KINDS[path.suffix], data_files=str(path), split="train", streaming=True)
+    if path.stat().st_size == 0: raise ValueError(f"{path} is empty: it holds no rows.")
+    try: return load_dataset(FILE_KINDS[path.suffix], data_files=str(path), split="train", streaming=True)
+    except (StopIteration, ValueError) as e:     # datasets' own refusals of a file it cannot open
+        msg = (str(e).strip().splitlines() or [""])[0][:200]
+        raise ValueError(f"{path}: the datasets library could not open it ({type(e).__name__}: {msg}).") from None
 
 # %% ../nbs/03c_conversations.ipynb #1474a5cb
 def _guarded(rows, path: Path):

@@ -15,7 +15,7 @@ from .model import DFlashDraftModel, DFlashDecoderLayer, ContextCache
 from .dflash2 import DynamicConv, unary_scores
 
 # %% auto #0
-__all__ = ['block_attend', 'LayerWeights', 'layer_weights', 'ConvWeights', 'conv_weights', 'SelectorWeights', 'selector_weights',
+__all__ = ['block_attend', 'ConvWeights', 'conv_weights', 'LayerWeights', 'layer_weights', 'SelectorWeights', 'selector_weights',
            'DraftWeights', 'RoundDrafter', 'DraftBuffers', 'DraftContext', 'BlockRows', 'BlockDrafts']
 
 # %% ../nbs/01a_drafting.ipynb #bf6a9037
@@ -31,6 +31,23 @@ def block_attend(a, ctx_len: int, block_size: int, device):
 def _in_out(w: torch.Tensor) -> torch.Tensor:
     "`w` [out, in] as the [in, out] matrix of `x @ w`: a contiguous copy on CPU (MKL's fast layout), else a view."
     return w.t().contiguous() if w.device.type == "cpu" else w.t()
+
+# %% ../nbs/01a_drafting.ipynb #c2d1a002
+@dataclass
+class ConvWeights:
+    "A DFlash 2 `DynamicConv` as `LayerWeights.step` uses it: kernel projection [in, out], base kernel, row shifts."
+    projection: torch.Tensor    # [H, 2 * taps * groups]: δ of both sides, side-major, then tap, then group
+    base: torch.Tensor          # [2, taps, groups, group_size]: each side's base kernel, channels in their groups
+    shifts: list                # per tap t >= 1, [B, B]: ones at (i, i - t); `shift @ y` moves `y` t rows down
+    taps: int
+
+def conv_weights(conv: DynamicConv | None) -> ConvWeights | None:
+    "`conv`'s weights laid out for `LayerWeights.step` (None for a DFlash layer, which has no conv)."
+    if conv is None: return None
+    _plain(conv.kernel_projection, "conv")
+    w, B = conv.kernel_projection.weight, conv.block_size
+    shifts = [torch.diag(torch.ones(B - t, dtype=w.dtype, device=w.device), -t) for t in range(1, conv.taps)]
+    return ConvWeights(_in_out(w), conv.base_kernel.unflatten(-1, (-1, conv.group_size)), shifts, conv.taps)
 
 # %% ../nbs/01a_drafting.ipynb #af0004e2
 @dataclass
@@ -68,23 +85,6 @@ def layer_weights(layer: DFlashDecoderLayer) -> LayerWeights:
                         _in_out(a.o_proj.weight), layer.post_attention_layernorm.weight,
                         stack(m.gate_proj, m.up_proj), _in_out(m.down_proj.weight), a.q_norm.eps, a.nh, a.nkv, a.hd,
                         conv_weights(layer.attention_conv), conv_weights(layer.mlp_conv))
-
-# %% ../nbs/01a_drafting.ipynb #c2d1a002
-@dataclass
-class ConvWeights:
-    "A DFlash 2 `DynamicConv` as `LayerWeights.step` uses it: kernel projection [in, out], base kernel, row shifts."
-    projection: torch.Tensor    # [H, 2 * taps * groups]: δ of both sides, side-major, then tap, then group
-    base: torch.Tensor          # [2, taps, groups, group_size]: each side's base kernel, channels in their groups
-    shifts: list                # per tap t >= 1, [B, B]: ones at (i, i - t); `shift @ y` moves `y` t rows down
-    taps: int
-
-def conv_weights(conv: DynamicConv | None) -> ConvWeights | None:
-    "`conv`'s weights laid out for `LayerWeights.step` (None for a DFlash layer, which has no conv)."
-    if conv is None: return None
-    _plain(conv.kernel_projection, "conv")
-    w, B = conv.kernel_projection.weight, conv.block_size
-    shifts = [torch.diag(torch.ones(B - t, dtype=w.dtype, device=w.device), -t) for t in range(1, conv.taps)]
-    return ConvWeights(_in_out(w), conv.base_kernel.unflatten(-1, (-1, conv.group_size)), shifts, conv.taps)
 
 # %% ../nbs/01a_drafting.ipynb #c2d1a003
 @patch

@@ -25,19 +25,20 @@ from .trees import DraftTree, Lattice, build_tree, grow_tree, lattice_tree, walk
 from .objective import acceptance_counts, acceptance_metrics
 from .target import config_hash, load_target_heads
 from .decode import Sampling
-from .stats import SMALL_N, acceptance_band
-from .tables import markdown_tables
+from .stats import SMALL_N, acceptance_band, mean_ci, paired_diff
+from .tables import markdown_table, markdown_tables
 from .storage import atomic_write, check_output_dir, check_outputs_apart, json_text
 from .cache import HiddenStateCache, check_compatible
 from .cli import label, refusals
 
 # %% auto #0
-__all__ = ['SPANS', 'ROW_BYTES', 'BLOCKS_PER_CALL', 'HEAD_CALL_ROWS', 'FIRST_SLOTS', 'REPLAY_ROWS', 'SHOW', 'accept_chain',
-           'accept_tree', 'replay', 'pad_stack', 'prompt_contexts', 'blocks_per_call', 'BlocksAndTruths',
-           'blocks_and_truths', 'replay_prompts', 'OfflineResult', 'round_acceptance', 'offline_result',
-           'offline_tau_many', 'offline_tau', 'selector_slots', 'anchor_overlaps', 'expected_acceptance',
-           'comparison_rows', 'eval_tables', 'plot_acceptance', 'load_drafters', 'with_selector_off', 'compare',
-           'add_sampling_options', 'eval_parser', 'eval_sampling', 'eval_main']
+__all__ = ['SPANS', 'ROW_BYTES', 'BLOCKS_PER_CALL', 'HEAD_CALL_ROWS', 'FIRST_SLOTS', 'REPLAY_ROWS', 'SHOW', 'NO_CATEGORY',
+           'accept_chain', 'accept_tree', 'replay', 'pad_stack', 'prompt_contexts', 'blocks_per_call',
+           'BlocksAndTruths', 'blocks_and_truths', 'replay_prompts', 'OfflineResult', 'round_acceptance',
+           'offline_result', 'offline_tau_many', 'offline_tau', 'selector_slots', 'anchor_overlaps',
+           'expected_acceptance', 'comparison_rows', 'eval_tables', 'plot_acceptance', 'load_drafters',
+           'with_selector_off', 'compare', 'category_stats', 'category_tables', 'add_sampling_options', 'eval_parser',
+           'eval_sampling', 'eval_main']
 
 # %% ../nbs/06_evaluate.ipynb #f04e61d2
 def accept_chain(logits: torch.Tensor, truth: torch.Tensor) -> int:
@@ -236,6 +237,7 @@ class OfflineResult:
     tau_lattice: dict = field(default_factory=dict) # DFlash 2: DDTree over the selector's lattice, budget -> τ
     sampled: dict = field(default_factory=dict)     # at T > 0: `expected_acceptance` (temperature, tau, per slot)
     tree_per_prompt: dict = field(default_factory=dict)   # DDTree budget -> τ of each prompt
+    categories: list = field(default_factory=list)  # per prompt: its cache category ([]: the cache records none)
 
 # %% ../nbs/06_evaluate.ipynb #6e6566c2
 def round_acceptance(rounds, block_size: int) -> dict:
@@ -250,10 +252,15 @@ def round_acceptance(rounds, block_size: int) -> dict:
 def _tau(rounds) -> float: return sum(n + 1 for n, _ in rounds) / max(1, len(rounds))
 
 def _samples(cache, indices, tap_ids):
-    "(input_ids, response start, fc taps) of each sample of `indices` (all if None) that has response tokens."
+    "(index, input_ids, response start, fc taps) of each sample of `indices` (all if None) that has response tokens."
     for i in range(len(cache)) if indices is None else indices:
         r = cache[i]
-        if (s := _start(r["loss_mask"])) is not None: yield r["input_ids"], s, cache.taps_for(i, tap_ids)
+        if (s := _start(r["loss_mask"])) is not None: yield i, r["input_ids"], s, cache.taps_for(i, tap_ids)
+
+def _prompt_categories(cache, indices: list) -> list:
+    "The category of each of samples `indices` of `cache` (None where it has none); [] if the cache records none."
+    cats = getattr(cache, "categories", None) or []
+    return [cats[i] for i in indices] if any(c is not None for c in cats) else []
 
 def _groups(items, n: int):
     "Lists of up to `n` consecutive `items`."
@@ -288,14 +295,17 @@ def offline_tau_many(model: DFlashDraftModel, cache: HiddenStateCache, transform
         raise ValueError(f"budgets {bad}: a DDTree budget is a number of nodes >= 1 (e.g. 8 15).")
     check_compatible(cache, tap_ids=c.fc_layer_ids, convention=c.tap_convention)
     rules = (None, *budgets, *(Lattice(b) for b in budgets if model.candidate_selector is not None))
-    got = {n: [[] for _ in rules] for n in transforms}
+    got, done = {n: [[] for _ in rules] for n in transforms}, []
     for group in _groups(_samples(cache, indices, c.fc_layer_ids), max(1, REPLAY_ROWS // len(fs))):
-        ids, starts, taps = zip(*group)
+        idx, ids, starts, taps = zip(*group)
+        done += idx
         ctx = prompt_contexts(model, [t if f is None else f(t) for f in fs for t in taps])
         out = replay_prompts(model, ids * len(fs), ctx, starts * len(fs), rules)
         for k, n in enumerate(transforms):
             for mine, rows in zip(got[n], out): mine += rows[k * len(ids):(k + 1) * len(ids)]
-    return {n: offline_result(model, n, r, budgets) for n, r in got.items()}
+    results = {n: offline_result(model, n, r, budgets) for n, r in got.items()}
+    for r in results.values(): r.categories = _prompt_categories(cache, done)
+    return results
 
 # %% ../nbs/06_evaluate.ipynb #5d4bf6a6
 def offline_tau(model: DFlashDraftModel, cache: HiddenStateCache, indices=None, budgets=(8, 16, 32, 64),
@@ -324,7 +334,7 @@ def selector_slots(model: DFlashDraftModel, cache: HiddenStateCache, indices=Non
     check_compatible(cache, tap_ids=c.fc_layer_ids, convention=c.tap_convention)
     counts = torch.zeros(4, c.block_size - 1, dtype=torch.long)
     for group in _groups(_samples(cache, indices, c.fc_layer_ids), REPLAY_ROWS):
-        ids, starts, taps = zip(*group)
+        _, ids, starts, taps = zip(*group)
         ctx = prompt_contexts(model, list(taps))
         anchors = [(i, p) for i, (x, s) in enumerate(zip(ids, starts)) for p in range(s, len(x) - 1)]
         for part in _groups(anchors, blocks_per_call(model, ctx)):
@@ -498,6 +508,56 @@ def compare(drafters, cache: HiddenStateCache, target_model=None, budgets=(8,), 
         if sampling is not None: r.sampled = expected_acceptance(m, cache, target_model, sampling, indices)
     return comparison_rows(results), results, plot_acceptance(results) if "plot" in show else None
 
+# %% ../nbs/06_evaluate.ipynb #c47e9b02
+NO_CATEGORY = "(none)"      # the category of a sample that has none, in a cache whose other samples have one
+
+def _by_category(r: OfflineResult) -> dict:
+    "{category: positions of `r`'s prompts in it}, categories sorted, `NO_CATEGORY` last."
+    got = {}
+    for j, c in enumerate(r.categories): got.setdefault(c, []).append(j)
+    return {NO_CATEGORY if c is None else c: got[c] for c in sorted(got, key=lambda c: (c is None, c or ""))}
+
+# %% ../nbs/06_evaluate.ipynb #c47e9b03
+def _interval(i, prefix: str) -> dict:
+    "Interval `i` as JSON fields `prefix`, `prefix`_lo, `prefix`_hi (null bounds with a single prompt)."
+    ok = i.n > 1
+    return {prefix: i.mean, f"{prefix}_lo": i.lo if ok else None, f"{prefix}_hi": i.hi if ok else None}
+
+def category_stats(results: list[OfflineResult]) -> dict:
+    """{drafter: {category: prompts, rounds, pooled tau, tau_mean (per prompt, 95% interval), and after the first
+    drafter its paired delta vs it}}; {} when the cache records no categories."""
+    base, out = results[0], {}
+    if not base.categories: return {}
+    for r in results:
+        if r.categories != base.categories:
+            raise ValueError(f"{r.name} was evaluated on other prompts than {base.name}: compare on the same.")
+        out[r.name] = {}
+        for c, js in _by_category(r).items():
+            rounds, taus = [x for j in js for x in r.rounds[j]], [r.tau_per_prompt[j] for j in js]
+            s = {"prompts": len(js), "rounds": len(rounds), "tau": sum(rounds) / max(1, len(rounds))}
+            s |= _interval(mean_ci(taus), "tau_mean")
+            if r is not base:
+                d = paired_diff(dict(enumerate(taus)), dict(enumerate(base.tau_per_prompt[j] for j in js)))
+                s |= {"delta_vs": base.name} | _interval(d, "delta")
+            out[r.name][c] = s
+    return out
+
+# %% ../nbs/06_evaluate.ipynb #c47e9b04
+def _shown(s: dict, k: str) -> str:
+    lo, hi = s[f"{k}_lo"], s[f"{k}_hi"]
+    return f"{s[k]:.3f} (1 prompt)" if lo is None else f"{s[k]:.3f} [{lo:.3f}, {hi:.3f}]"
+
+def category_tables(results: list[OfflineResult]) -> str:
+    "Per drafter, a markdown table of `category_stats` (its Δ against the first drafter too); '' without categories."
+    parts = []
+    for name, per in category_stats(results).items():
+        def row(c, s):
+            d = {f"Δ vs {s['delta_vs']} [95%]": _shown(s, "delta")} if "delta_vs" in s else {}
+            return {"category": c, "prompts": s["prompts"], "rounds": s["rounds"], "tau": round(s["tau"], 3),
+                    "tau per prompt [95%]": _shown(s, "tau_mean")} | d
+        parts.append(f"τ per category: {name}\n\n" + markdown_table([row(c, s) for c, s in per.items()]))
+    return "\n\n".join(parts)
+
 # %% ../nbs/06_evaluate.ipynb #f0e3f611
 def add_sampling_options(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
     "Add --temperature, --top-k and --top-p (read back by `eval_sampling`) to `ap`."
@@ -564,8 +624,12 @@ def _evaluate(a: argparse.Namespace) -> list:
     idx = range(min(a.limit, len(cache))) if a.limit else None
     models = load_drafters(dict(zip(a.names, a.checkpoint)) if a.names else a.checkpoint, target.model, a.attention)
     rows, results, _ = compare(models, cache, target.model, tuple(a.budgets), idx, ("describe", "progress"), sampling)
-    atomic_write(a.out, lambda p: p.write_text(json_text([asdict(r) for r in results], p, indent=1)))
+    per = category_stats(results)
+    def record(r): return {k: v for k, v in asdict(r).items() if k != "categories" or v} | (
+        {"per_category": per[r.name]} if per else {})
+    atomic_write(a.out, lambda p: p.write_text(json_text([record(r) for r in results], p, indent=1)))
     print(eval_tables(rows, len(results[0].acc_cum) + 1))
+    if per: print(f"\n{category_tables(results)}")
     return results
 
 # %% ../nbs/06_evaluate.ipynb #e8583f3e

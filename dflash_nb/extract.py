@@ -100,8 +100,8 @@ def generate_responses(target, prompts, max_new_tokens: int = 256, batch_size: i
     return [_record(q, p, r) for q, p, r in zip(prompts, ps, resp)]
 
 def _record(q, prompt: list[int], response: list[int]) -> dict:
-    "The record of prompt `q` answered: prompt+response `input_ids`, a `loss_mask` on the response, `q`'s id if any."
-    ident = {"id": q["id"]} if isinstance(q, dict) and "id" in q else {}
+    "The record of prompt `q` answered: prompt+response `input_ids`, a `loss_mask` on the response, `q`'s id and category."
+    ident = {k: q[k] for k in ("id", "category") if k in q} if isinstance(q, dict) else {}
     return {"input_ids": torch.tensor(prompt + response), "loss_mask": torch.tensor([0] * len(prompt) + [1] * len(response)),
             **ident}
 
@@ -164,6 +164,10 @@ def _weights_record(target) -> dict:
     "What a manifest records of `target`'s weights: their fingerprint, when it was loaded from a directory."
     return {"target_weights": target.weights} if getattr(target, "weights", None) else {}
 
+def _with_category(s: dict) -> dict:
+    "`as_sample(s)`, with `s`'s `category` (None if it has none) beside it for the manifest (`sample_categories`)."
+    return as_sample(s) | {"category": s.get("category")}
+
 def extract_to_cache(target, samples, out_dir, layout, batch_size: int = 8, progress: bool = False,
                      made_from: dict | None = None) -> Path:
     "Extract the taps (and `final`) of `samples` into a resumable cache at `out_dir`; `made_from` joins its manifest."
@@ -174,7 +178,7 @@ def extract_to_cache(target, samples, out_dir, layout, batch_size: int = 8, prog
     header |= _weights_record(target) | (made_from or {})
     def records(b): return extract_samples(target, b, lay.tap_ids, lay.convention, lay.store_final, lay.dtype)
     def make(chunk): return _batched_by_length(chunk, batch_size, lambda s: len(s["input_ids"]), records)
-    return write_cache(out_dir, header, map(as_sample, samples), make, _ids_identity, progress)
+    return write_cache(out_dir, header, map(_with_category, samples), make, _ids_identity, progress)
 
 # %% ../nbs/03a_extract.ipynb #c3da434b
 class OnlineHiddenStates:
@@ -350,8 +354,9 @@ def _resume_responses(path: Path, key: dict, target, prompts: list, chat: bool) 
 
 # %% ../nbs/03a_extract.ipynb #7bde36f5
 def _with_id(q, ids: list[int]):
-    "Token ids `ids` of prompt `q`, as a prompt record that keeps `q`'s id."
-    return {"id": q["id"], "prompt": ids} if isinstance(q, dict) and "id" in q else ids
+    "Token ids `ids` of prompt `q`, as a prompt record that keeps `q`'s id and category."
+    kept = {k: q[k] for k in ("id", "category") if k in q} if isinstance(q, dict) else {}
+    return kept | {"prompt": ids} if kept else ids
 
 # %% ../nbs/03a_extract.ipynb #d923a513
 ENGINE_DTYPES = ("float32", "bfloat16", "float16")
@@ -550,7 +555,7 @@ def extract_to_cache_vllm(target, engine: VllmEngine, samples, out_dir, layout, 
     lay = dataclasses.replace(lay, tap_ids=check_tap_ids(lay.tap_ids, target.num_layers))
     header = cache_header(target.name, target.config_hash, target.num_layers, target.hidden_size, lay)
     header |= _weights_record(target) | {"states_from": f"vllm {engine.dtype}"} | (made_from or {})
-    ss = [as_sample(s) for s in samples]
+    ss = [_with_category(s) for s in samples]
     where = {id(s): i for i, s in enumerate(ss)}
     feed = _EngineFeed(engine, ss, lay, target.num_layers, ahead=2 * header["samples_per_shard"])
     try: return write_cache(out_dir, header, ss, lambda c: feed.take(where[id(c[0])], len(c)), _ids_identity, progress)
@@ -624,7 +629,8 @@ def prompt(self: ConversationData, conv: Conversation) -> dict | None:
     if (n := self.spec.template.max_len) is not None and len(ids) >= n:
         self.counts["dropped"] += 1                     # no room left for an answer: not worth generating
         return None
-    return ({} if conv.id is None else {"id": conv.id}) | {"prompt": ids}
+    return ({} if conv.id is None else {"id": conv.id}) | {"prompt": ids} | (
+        {} if conv.category is None else {"category": conv.category})
 
 @patch
 def _raw_ids(self: ConversationData, p: Conversation) -> list[int]:

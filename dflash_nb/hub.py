@@ -225,7 +225,7 @@ def read_hub_config(path: str | Path) -> dict:
     "The raw `config.json` dict of checkpoint directory `path`."
     f = Path(path) / "config.json"
     if not f.exists(): raise FileNotFoundError(f"No config.json in {path}: point at a DFlash checkpoint directory.")
-    d = read_json(f, "checkpoint config")
+    d = read_json(f, "checkpoint config", finite=True)
     if not isinstance(d, dict):
         raise ValueError(f"{f} holds a JSON {type(d).__name__}, not an object of config fields: the checkpoint is "
                          "damaged; restore its config.json.")

@@ -339,7 +339,9 @@ def from_pretrained(cls: DFlashDraftModel, path: str | Path, target_model: nn.Mo
     "Load a hub-layout DFlash checkpoint (its own dtype unless `dtype`); the fusion layout is read from `fc.weight`."
     raw, tensors = read_hub_config(path), read_drafter_tensors(path)
     if "fc.weight" not in tensors: raise ValueError(f"{path} has no fc.weight: not a DFlash drafter checkpoint.")
-    with torch.device("meta"): model = cls(hub_drafter_config(raw, tensors["fc.weight"].shape, target_model))
+    try: config = hub_drafter_config(raw, tensors["fc.weight"].shape, target_model)
+    except ValueError as e: raise ValueError(f"{Path(path) / 'config.json'}: {e}") from None   # name the file
+    with torch.device("meta"): model = cls(config)
     _check_keys(model, tensors, path)
     model.load_state_dict(tensors, strict=False, assign=True)
     for name in ("fc", "hidden_norm", "layers", "norm", "candidate_selector"):

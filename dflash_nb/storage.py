@@ -58,12 +58,20 @@ def file_sha256(path, chunk: int = 1 << 24) -> str:
     return h.hexdigest()
 
 # %% ../nbs/00a_storage.ipynb #b7a217d6
-def read_json(path, what: str = "file"):
+class _NonFinite(ValueError): pass
+
+def _no_constant(name: str):
+    "JSON has no NaN or Infinity: Python's json reads them, a `finite` reader refuses them."
+    raise _NonFinite(f"it holds {name}, which JSON has no room for")
+
+def read_json(path, what: str = "file", finite: bool = False):
     "The JSON in file `path`; a parse error is a ValueError naming the file, the line and column, and `what` it is."
-    try: return json.loads(Path(path).read_text())
+    try: return json.loads(Path(path).read_text(), parse_constant=_no_constant if finite else None)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}, line {e.lineno} column {e.colno}: not valid JSON ({e.msg}); this {what} is "
                          "damaged: restore it or write it again.") from None
+    except (UnicodeDecodeError, _NonFinite) as e:
+        raise ValueError(f"{path}: not valid JSON ({e}); this {what} is damaged: restore it or write it again.") from None
 
 # %% ../nbs/00a_storage.ipynb #f16a44ef
 def drop_torn_tail(path) -> int:

@@ -15,6 +15,7 @@ import torch
 from fastcore.basics import patch
 from torch import nn
 import transformers
+from huggingface_hub.errors import StrictDataclassError
 from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers import LlamaConfig, Qwen3Config, Qwen3_5TextConfig
 from .storage import read_json
@@ -27,8 +28,9 @@ __all__ = ['TRANSIENT_CONFIG_KEYS', 'LINEAR_KERNEL_NAMES', 'LINEAR_BACKENDS', 'T
            'plain_function', 'resolved_kernel', 'torch_kernels', 'fla_kernels', 'fla_missing', 'kernel_callers',
            'use_linear_kernels', 'linear_kernels', 'resolve_backend', 'set_linear_backend', 'Target', 'as_target',
            'tiny_config', 'tiny_target', 'as_dtype', 'recorded_dtype', 'checkpoint_dtype', 'load_tokenizer',
-           'check_finite_heads', 'target_depth', 'load_target', 'TargetHeads', 'materialise', 'SafetensorsReader',
-           'checkpoint_names', 'weights_fingerprint', 'memory_available', 'cpu_float32_heads', 'load_target_heads']
+           'check_finite_heads', 'target_config', 'target_depth', 'load_target', 'TargetHeads', 'materialise',
+           'SafetensorsReader', 'checkpoint_names', 'weights_fingerprint', 'memory_available', 'cpu_float32_heads',
+           'load_target_heads']
 
 # %% ../nbs/02_target.ipynb #4dd4c295
 TRANSIENT_CONFIG_KEYS = ("_name_or_path", "transformers_version", "dtype", "torch_dtype", "architectures",
@@ -230,7 +232,7 @@ def recorded_dtype(config: dict) -> torch.dtype:
 
 def checkpoint_dtype(path) -> torch.dtype:
     "The dtype the HF checkpoint in `path` records in its config.json (float32 if none)."
-    return recorded_dtype(read_json(Path(path) / "config.json", "target config"))
+    return recorded_dtype(read_json(Path(path) / "config.json", "target config", finite=True))
 
 # %% ../nbs/02_target.ipynb #b0d0304b
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -248,7 +250,7 @@ def _model_dir(path) -> Path:
         raise FileNotFoundError(f"Target directory {path} does not exist; pass a local HF model directory.")
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path} has no config.json, so it is not a Hugging Face model directory.")
-    config = read_json(path / "config.json", "model config")
+    config = read_json(path / "config.json", "model config", finite=True)
     kind = config.get("model_type") if isinstance(config, dict) else None
     if kind not in CONFIG_MAPPING:
         raise ValueError(f"{path / 'config.json'}: model_type {kind!r} is not an architecture transformers "
@@ -267,17 +269,26 @@ def check_finite_heads(model: nn.Module, path) -> nn.Module:
     return model
 
 # %% ../nbs/02_target.ipynb #ef74d760
+def target_config(path):
+    "The transformers config of the target in `path`; a config.json whose fields transformers refuses, in one line."
+    path = _model_dir(path)
+    try: return AutoConfig.from_pretrained(path, trust_remote_code=False, local_files_only=True)
+    except (TypeError, ValueError, StrictDataclassError) as e:      # transformers' checks of the file's fields
+        why = (str(e).strip().splitlines() or [""])[0][:200]
+        raise ValueError(f"{path / 'config.json'}: transformers refuses it ({why}); restore it from the model's "
+                         "source.") from None
+
 def target_depth(path) -> int:
     "The number of decoder layers of the target in `path`, from its config.json alone."
-    config = AutoConfig.from_pretrained(_model_dir(path), trust_remote_code=False, local_files_only=True)
-    return config.get_text_config().num_hidden_layers
+    return target_config(path).get_text_config().num_hidden_layers
 
 # %% ../nbs/02_target.ipynb #7933b7b4
 def load_target(path, backend="auto", dtype=torch.float32, device="cpu") -> Target:
     "Load the HF causal LM in `path` as a frozen `Target`; `dtype`: a torch dtype, its name, or 'auto' (as saved)."
     path = _model_dir(path)
     dtype = checkpoint_dtype(path) if dtype == "auto" else as_dtype(dtype)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(path, config=target_config(path), dtype=dtype, trust_remote_code=False,
+                                                 local_files_only=True)
     check_finite_heads(model, path)
     target = as_target(model.to(device), load_tokenizer(path), path.name, backend)
     target.path = path
@@ -386,7 +397,16 @@ def header(self: SafetensorsReader, file: str) -> tuple[int, dict]:
             n = int.from_bytes(f.read(8), "little")
             if not 2 <= n <= MAX_HEADER:
                 raise ValueError(f"{self.path / file} is not a safetensors file (its header would be {n} bytes).")
-            entries = json.loads(f.read(n))
+            try: entries = json.loads(f.read(n))
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise ValueError(f"{self.path / file}: its safetensors header is not valid JSON ({e}): the file is "
+                                 "damaged; restore it from the model's source.") from None
+        ok = lambda e: (isinstance(e, dict) and isinstance(e.get("dtype"), str) and isinstance(e.get("shape"), list)
+                        and isinstance(e.get("data_offsets"), list) and len(e["data_offsets"]) == 2
+                        and all(type(v) is int and v >= 0 for v in e["shape"] + e["data_offsets"]))
+        if not isinstance(entries, dict) or not all(ok(e) for k, e in entries.items() if k != "__metadata__"):
+            raise ValueError(f"{self.path / file}: its safetensors header does not describe tensors (dtype, shape, "
+                             "data_offsets): the file is damaged; restore it from the model's source.")
         self._headers[file] = (8 + n, {k: v for k, v in entries.items() if k != "__metadata__"})
     return self._headers[file]
 
@@ -507,7 +527,7 @@ def load_target_heads(path, dtype="auto", device="cpu", cpu_float32: bool = True
     "The target in `path` heads-only (a `TargetHeads`), with its tokenizer; `dtype`: as `load_target`'s, 'auto' first."
     path = _model_dir(path)
     dtype = checkpoint_dtype(path) if dtype == "auto" else as_dtype(dtype)
-    config = AutoConfig.from_pretrained(path, trust_remote_code=False, local_files_only=True)
+    config = target_config(path)
     with torch.device(device): heads = TargetHeads.from_config(config, dtype)
     check_finite_heads(heads.load_from(SafetensorsReader(path)).eval(), path)
     if cpu_float32: cpu_float32_heads(heads)      # on a CPU, half-precision heads compute in float32 (below)
